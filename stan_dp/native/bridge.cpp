@@ -1,0 +1,837 @@
+// stan_dp native bridge.
+//
+// Compiled in one translation unit together with a stanc-generated model
+// (included through the STAN_DP_MODEL_HPP macro).  It exports
+//
+//   1. the C ABI of BridgeStan 2.6 (bs_*), so that the `bridgestan` Python
+//      package can load the library and every one of its methods works;
+//   2. the stan_dp row extension (sdp_*): per-row model instances built once
+//      from the full data, and batched per-row log-likelihood values and
+//      gradients, multi-threaded with TBB, bit-identical for any thread count.
+//
+// Error convention (as BridgeStan documents it): functions that can fail
+// return 0 on success and -1 (or a null pointer) on failure; on failure, if
+// `error_msg` is not null, *error_msg receives a malloc'ed message that the
+// caller releases with bs_free_error_msg.  No C++ exception crosses the C
+// boundary.
+
+// The Stan headers come first through `-include stan_dp_pch.hpp` (see
+// toolchain.py), precompiled once per toolchain when possible.
+#include STAN_DP_MODEL_HPP
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifndef STAN_DP_VERSION
+#define STAN_DP_VERSION "unknown"
+#endif
+
+namespace stan_dp_native {
+
+// ---------------------------------------------------------------- helpers --
+
+/// Copy a message into a malloc'ed C string owned by the caller.
+inline void set_error(char** error_msg, const std::string& msg) {
+  if (error_msg == nullptr) return;
+  *error_msg = static_cast<char*>(std::malloc(msg.size() + 1));
+  if (*error_msg != nullptr) std::memcpy(*error_msg, msg.c_str(), msg.size() + 1);
+}
+
+/// Give the calling thread its own autodiff stack (threads created by
+/// Python or TBB may not have one yet).  Idempotent per thread.
+inline void ensure_autodiff_stack() {
+  static thread_local stan::math::ChainableStack thread_stack;
+  (void)thread_stack;
+}
+
+/// Output stream used for the model's print() statements.
+class callback_buf : public std::streambuf {
+ public:
+  using callback_t = void (*)(const char*, int);
+  explicit callback_buf(callback_t cb) : cb_(cb) {}
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    cb_(s, static_cast<int>(n));
+    return n;
+  }
+  int overflow(int c) override {
+    if (c != EOF) {
+      char ch = static_cast<char>(c);
+      cb_(&ch, 1);
+    }
+    return c;
+  }
+
+ private:
+  callback_t cb_;
+};
+
+std::mutex print_mutex;
+std::unique_ptr<callback_buf> print_buf;
+std::unique_ptr<std::ostream> print_stream;
+std::ostream* outstream = &std::cout;
+
+/// Read a data argument the way BridgeStan does: empty -> no data, a path
+/// ending in ".json" -> that file, anything else -> a JSON document.
+std::unique_ptr<stan::io::var_context> make_data_context(const char* data) {
+  if (data == nullptr || data[0] == '\0') {
+    return std::make_unique<stan::io::empty_var_context>();
+  }
+  std::string s(data);
+  if (s.size() >= 5 && s.compare(s.size() - 5, 5, ".json") == 0) {
+    std::ifstream in(s);
+    if (!in.good()) throw std::runtime_error("could not open data file " + s);
+    return std::make_unique<stan::json::json_data>(in);
+  }
+  std::istringstream in(s);
+  return std::make_unique<stan::json::json_data>(in);
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += ',';
+    out += names[i];
+  }
+  return out;
+}
+
+/// log density with the concrete model type (no virtual dispatch).
+template <bool propto, bool jacobian>
+double log_density_value(const stan_model& m, const Eigen::VectorXd& x,
+                         std::ostream* msgs) {
+  if (propto) {
+    // With doubles Stan drops every term under propto; use autodiff types.
+    stan::math::nested_rev_autodiff nested;
+    Eigen::Matrix<stan::math::var, -1, 1> xv = x.cast<stan::math::var>();
+    return m.template log_prob<true, jacobian>(xv, msgs).val();
+  }
+  Eigen::VectorXd xc = x;
+  return m.template log_prob<false, jacobian>(xc, msgs);
+}
+
+template <bool propto, bool jacobian>
+double log_density_grad(const stan_model& m, const Eigen::VectorXd& x,
+                        double* grad, std::ostream* msgs) {
+  stan::math::nested_rev_autodiff nested;
+  const Eigen::Index d = x.size();
+  Eigen::Matrix<stan::math::var, -1, 1> xv(d);
+  for (Eigen::Index k = 0; k < d; ++k) xv.coeffRef(k) = x.coeff(k);
+  stan::math::var lp = m.template log_prob<propto, jacobian>(xv, msgs);
+  lp.grad();
+  for (Eigen::Index k = 0; k < d; ++k) grad[k] = xv.coeff(k).adj();
+  return lp.val();
+}
+
+/// Runtime dispatch over the (propto, jacobian) template flags.
+double value_dispatch(const stan_model& m, bool propto, bool jacobian,
+                      const Eigen::VectorXd& x, std::ostream* msgs) {
+  if (propto)
+    return jacobian ? log_density_value<true, true>(m, x, msgs)
+                    : log_density_value<true, false>(m, x, msgs);
+  return jacobian ? log_density_value<false, true>(m, x, msgs)
+                  : log_density_value<false, false>(m, x, msgs);
+}
+
+double grad_dispatch(const stan_model& m, bool propto, bool jacobian,
+                     const Eigen::VectorXd& x, double* grad,
+                     std::ostream* msgs) {
+  if (propto)
+    return jacobian ? log_density_grad<true, true>(m, x, grad, msgs)
+                    : log_density_grad<true, false>(m, x, grad, msgs);
+  return jacobian ? log_density_grad<false, true>(m, x, grad, msgs)
+                  : log_density_grad<false, false>(m, x, grad, msgs);
+}
+
+/// Functor for Stan Math's finite-difference Hessian helpers.
+struct log_density_functor {
+  const stan_model& model;
+  bool propto;
+  bool jacobian;
+  std::ostream* msgs;
+  template <typename T>
+  T operator()(const Eigen::Matrix<T, -1, 1>& x) const {
+    auto& xm = const_cast<Eigen::Matrix<T, -1, 1>&>(x);
+    if (propto)
+      return jacobian ? model.template log_prob<true, true>(xm, msgs)
+                      : model.template log_prob<true, false>(xm, msgs);
+    return jacobian ? model.template log_prob<false, true>(xm, msgs)
+                    : model.template log_prob<false, false>(xm, msgs);
+  }
+};
+
+// --------------------------------------------------------- row slicing --
+
+/// A data context that shows one row (or no row) of a full data context.
+///
+/// Variables named in `sliced` have the row count as their leading
+/// dimension; they are shown as the slice for the current row (leading
+/// dimension 1) or as empty (leading dimension 0).  The row-count variable
+/// reads 1 or 0.  Every other variable is passed through unchanged.
+/// Values are column-major, as in every Stan var_context.
+class row_context : public stan::io::var_context {
+ public:
+  row_context(const stan::io::var_context& full, std::string rows_var,
+              std::vector<std::string> sliced, size_t n_rows)
+      : full_(full),
+        rows_var_(std::move(rows_var)),
+        sliced_(std::move(sliced)),
+        n_(n_rows) {}
+
+  /// Show row `i`; a negative index shows no rows at all.
+  void set_row(long i) { row_ = i; }
+
+  bool contains_r(const std::string& name) const override {
+    return full_.contains_r(name);
+  }
+  bool contains_i(const std::string& name) const override {
+    return full_.contains_i(name);
+  }
+  std::vector<double> vals_r(const std::string& name) const override {
+    if (name == rows_var_) return {static_cast<double>(row_ >= 0 ? 1 : 0)};
+    if (!is_sliced(name)) return full_.vals_r(name);
+    return slice(full_.vals_r(name));
+  }
+  std::vector<std::complex<double>> vals_c(
+      const std::string& name) const override {
+    if (is_sliced(name))
+      throw std::runtime_error("complex row variable '" + name
+                               + "' is not supported");
+    return full_.vals_c(name);
+  }
+  std::vector<int> vals_i(const std::string& name) const override {
+    if (name == rows_var_) return {row_ >= 0 ? 1 : 0};
+    if (!is_sliced(name)) return full_.vals_i(name);
+    return slice(full_.vals_i(name));
+  }
+  std::vector<size_t> dims_r(const std::string& name) const override {
+    return sliced_dims(name, full_.dims_r(name));
+  }
+  std::vector<size_t> dims_i(const std::string& name) const override {
+    return sliced_dims(name, full_.dims_i(name));
+  }
+  void names_r(std::vector<std::string>& names) const override {
+    full_.names_r(names);
+  }
+  void names_i(std::vector<std::string>& names) const override {
+    full_.names_i(names);
+  }
+  void validate_dims(const std::string& stage, const std::string& name,
+                     const std::string& base_type,
+                     const std::vector<size_t>& dims_declared) const override {
+    size_t expected = 1;
+    for (size_t d : dims_declared) expected *= d;
+    std::vector<size_t> dims = dims_r(name);
+    size_t found = dims.empty() ? 0 : 1;
+    for (size_t d : dims) found *= d;
+    if (expected == 0 && found == 0) return;  // empty containers may be absent
+    if (base_type == "int") {
+      if (!contains_i(name)) {
+        throw std::runtime_error(
+            std::string(contains_r(name) ? "int variable contained non-int values"
+                                         : "variable does not exist")
+            + "; processing stage=" + stage + "; variable name=" + name
+            + "; base type=" + base_type);
+      }
+    } else if (!contains_r(name)) {
+      throw std::runtime_error("variable does not exist; processing stage="
+                               + stage + "; variable name=" + name
+                               + "; base type=" + base_type);
+    }
+    if (dims.size() != dims_declared.size() || dims != dims_declared) {
+      std::stringstream msg;
+      msg << "mismatch in dimension declared and found in context"
+          << "; processing stage=" << stage << "; variable name=" << name
+          << "; dims declared=";
+      dims_msg(msg, dims_declared);
+      msg << "; dims found=";
+      dims_msg(msg, dims);
+      throw std::runtime_error(msg.str());
+    }
+  }
+
+ private:
+  bool is_sliced(const std::string& name) const {
+    return std::find(sliced_.begin(), sliced_.end(), name) != sliced_.end();
+  }
+  std::vector<size_t> sliced_dims(const std::string& name,
+                                  std::vector<size_t> dims) const {
+    if (name == rows_var_) return {};
+    if (is_sliced(name) && !dims.empty()) dims[0] = row_ >= 0 ? 1 : 0;
+    return dims;
+  }
+  template <typename T>
+  std::vector<T> slice(const std::vector<T>& all) const {
+    if (row_ < 0 || n_ == 0) return {};
+    // Column-major: element (i, rest) sits at i + n * rest.
+    const size_t inner = all.size() / n_;
+    std::vector<T> out(inner);
+    for (size_t r = 0; r < inner; ++r) out[r] = all[row_ + n_ * r];
+    return out;
+  }
+
+  const stan::io::var_context& full_;
+  std::string rows_var_;
+  std::vector<std::string> sliced_;
+  size_t n_;
+  long row_ = -1;
+};
+
+}  // namespace stan_dp_native
+
+using namespace stan_dp_native;
+
+// ====================================================== BridgeStan ABI ===
+
+extern "C" {
+
+int bs_major_version = 2;
+int bs_minor_version = 6;
+int bs_patch_version = 2;
+
+struct bs_model {
+  stan_model* model = nullptr;
+  std::string name;
+  std::string info;
+  std::string names[4];  // [include_tp + 2 * include_gq]
+  int num[4] = {0, 0, 0, 0};
+  std::string unc_names;
+  int unc_num = 0;
+};
+
+struct bs_rng {
+  stan::rng_t rng;
+  explicit bs_rng(unsigned int seed) : rng(stan::services::util::create_rng(seed, 0)) {}
+};
+
+bs_model* bs_model_construct(const char* data, unsigned int seed,
+                             char** error_msg) {
+  try {
+    auto context = make_data_context(data);
+    std::unique_ptr<bs_model> m(new bs_model());
+    m->model = new stan_model(*context, seed, outstream);
+    m->name = m->model->model_name();
+    std::ostringstream info;
+    info << "BridgeStan version: " << bs_major_version << '.'
+         << bs_minor_version << '.' << bs_patch_version << '\n'
+         << "Built by stan_dp " << STAN_DP_VERSION
+         << " (BridgeStan-compatible C ABI)\n"
+         << "Stan version: " << stan::MAJOR_VERSION << '.'
+         << stan::MINOR_VERSION << '.' << stan::PATCH_VERSION << '\n'
+         << "Stan C++ Defines:\n"
+#ifdef STAN_THREADS
+         << "\tSTAN_THREADS=true\n"
+#else
+         << "\tSTAN_THREADS=false\n"
+#endif
+         << "\tSTAN_MPI=false\n\tSTAN_OPENCL=false\n\tSTAN_NO_RANGE_CHECKS=false\n"
+         << "\tSTAN_CPP_OPTIMS=false\n"
+         << "Stan Compiler Details:\n";
+    for (const auto& line : m->model->model_compile_info()) info << '\t' << line << '\n';
+    m->info = info.str();
+    for (int tp = 0; tp < 2; ++tp) {
+      for (int gq = 0; gq < 2; ++gq) {
+        std::vector<std::string> names;
+        m->model->constrained_param_names(names, tp == 1, gq == 1);
+        m->names[tp + 2 * gq] = join_names(names);
+        m->num[tp + 2 * gq] = static_cast<int>(names.size());
+      }
+    }
+    std::vector<std::string> unc;
+    m->model->unconstrained_param_names(unc, false, false);
+    m->unc_names = join_names(unc);
+    m->unc_num = static_cast<int>(m->model->num_params_r());
+    return m.release();
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in bs_model_construct: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_model_construct");
+  }
+  return nullptr;
+}
+
+void bs_model_destruct(bs_model* m) {
+  if (m == nullptr) return;
+  delete m->model;
+  delete m;
+}
+
+void bs_free_error_msg(char* error_msg) { std::free(error_msg); }
+
+const char* bs_name(const bs_model* m) { return m->name.c_str(); }
+
+const char* bs_model_info(const bs_model* m) { return m->info.c_str(); }
+
+const char* bs_param_names(const bs_model* m, bool include_tp, bool include_gq) {
+  return m->names[(include_tp ? 1 : 0) + 2 * (include_gq ? 1 : 0)].c_str();
+}
+
+const char* bs_param_unc_names(const bs_model* m) { return m->unc_names.c_str(); }
+
+int bs_param_num(const bs_model* m, bool include_tp, bool include_gq) {
+  return m->num[(include_tp ? 1 : 0) + 2 * (include_gq ? 1 : 0)];
+}
+
+int bs_param_unc_num(const bs_model* m) { return m->unc_num; }
+
+int bs_param_constrain(const bs_model* m, bool include_tp, bool include_gq,
+                       const double* theta_unc, double* theta, bs_rng* rng,
+                       char** error_msg) {
+  try {
+    if (include_gq && rng == nullptr)
+      throw std::invalid_argument(
+          "an RNG is required when include_gq is true");
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta_unc, m->unc_num);
+    Eigen::VectorXd out;
+    std::vector<int> params_i;
+    if (rng == nullptr) {
+      stan::rng_t dummy = stan::services::util::create_rng(0, 0);
+      m->model->write_array(dummy, x, out, include_tp, include_gq, outstream);
+    } else {
+      m->model->write_array(rng->rng, x, out, include_tp, include_gq, outstream);
+    }
+    const int n = bs_param_num(m, include_tp, include_gq);
+    if (out.size() != n)
+      throw std::runtime_error("write_array returned an unexpected size");
+    std::copy(out.data(), out.data() + n, theta);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in bs_param_constrain: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_param_constrain");
+  }
+  return -1;
+}
+
+int bs_param_unconstrain(const bs_model* m, const double* theta,
+                         double* theta_unc, char** error_msg) {
+  try {
+    Eigen::VectorXd c = Eigen::Map<const Eigen::VectorXd>(theta, m->num[0]);
+    Eigen::VectorXd u;
+    m->model->unconstrain_array(c, u, outstream);
+    std::copy(u.data(), u.data() + m->unc_num, theta_unc);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in bs_param_unconstrain: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_param_unconstrain");
+  }
+  return -1;
+}
+
+int bs_param_unconstrain_json(const bs_model* m, const char* json,
+                              double* theta_unc, char** error_msg) {
+  try {
+    std::istringstream in(json == nullptr ? "" : json);
+    stan::json::json_data context(in);
+    Eigen::VectorXd u;
+    m->model->transform_inits(context, u, outstream);
+    std::copy(u.data(), u.data() + m->unc_num, theta_unc);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg,
+              std::string("error in bs_param_unconstrain_json: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_param_unconstrain_json");
+  }
+  return -1;
+}
+
+int bs_log_density(const bs_model* m, bool propto, bool jacobian,
+                   const double* theta_unc, double* lp, char** error_msg) {
+  try {
+    ensure_autodiff_stack();
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta_unc, m->unc_num);
+    *lp = value_dispatch(*m->model, propto, jacobian, x, outstream);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in bs_log_density: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_log_density");
+  }
+  return -1;
+}
+
+int bs_log_density_gradient(const bs_model* m, bool propto, bool jacobian,
+                            const double* theta_unc, double* val, double* grad,
+                            char** error_msg) {
+  try {
+    ensure_autodiff_stack();
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta_unc, m->unc_num);
+    *val = grad_dispatch(*m->model, propto, jacobian, x, grad, outstream);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg,
+              std::string("error in bs_log_density_gradient: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_log_density_gradient");
+  }
+  return -1;
+}
+
+int bs_log_density_hessian(const bs_model* m, bool propto, bool jacobian,
+                           const double* theta_unc, double* val, double* grad,
+                           double* hessian, char** error_msg) {
+  try {
+    ensure_autodiff_stack();
+    const int d = m->unc_num;
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta_unc, d);
+    log_density_functor f{*m->model, propto, jacobian, outstream};
+    double fx = 0;
+    Eigen::VectorXd g(d);
+    Eigen::MatrixXd h(d, d);
+    stan::math::internal::finite_diff_hessian_auto(f, x, fx, g, h);
+    *val = fx;
+    std::copy(g.data(), g.data() + d, grad);
+    // Symmetric, so column-major equals row-major.
+    Eigen::MatrixXd hs = 0.5 * (h + h.transpose());
+    std::copy(hs.data(), hs.data() + static_cast<size_t>(d) * d, hessian);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg,
+              std::string("error in bs_log_density_hessian: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_log_density_hessian");
+  }
+  return -1;
+}
+
+int bs_log_density_hessian_vector_product(const bs_model* m, bool propto,
+                                          bool jacobian,
+                                          const double* theta_unc,
+                                          const double* vector, double* val,
+                                          double* hvp, char** error_msg) {
+  try {
+    ensure_autodiff_stack();
+    const int d = m->unc_num;
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta_unc, d);
+    Eigen::VectorXd v = Eigen::Map<const Eigen::VectorXd>(vector, d);
+    log_density_functor f{*m->model, propto, jacobian, outstream};
+    double fx = 0;
+    Eigen::VectorXd out(d);
+    stan::math::internal::finite_diff_hessian_times_vector_auto(f, x, v, fx, out);
+    *val = fx;
+    std::copy(out.data(), out.data() + d, hvp);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg,
+              std::string("error in bs_log_density_hessian_vector_product: ")
+                  + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_log_density_hessian_vector_product");
+  }
+  return -1;
+}
+
+bs_rng* bs_rng_construct(unsigned int seed, char** error_msg) {
+  try {
+    return new bs_rng(seed);
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in bs_rng_construct: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_rng_construct");
+  }
+  return nullptr;
+}
+
+void bs_rng_destruct(bs_rng* rng) { delete rng; }
+
+int bs_set_print_callback(void (*callback)(const char*, int), char** error_msg) {
+  try {
+    std::lock_guard<std::mutex> lock(print_mutex);
+    if (callback == nullptr) {
+      outstream = &std::cout;
+      print_stream.reset();
+      print_buf.reset();
+      return 0;
+    }
+    auto buf = std::make_unique<callback_buf>(callback);
+    auto stream = std::make_unique<std::ostream>(buf.get());
+    outstream = stream.get();
+    print_stream = std::move(stream);
+    print_buf = std::move(buf);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in bs_set_print_callback: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in bs_set_print_callback");
+  }
+  return -1;
+}
+
+// ===================================================== row extension ===
+
+/// Per-row model instances built once from the full data.
+struct sdp_rows {
+  std::unique_ptr<stan::io::var_context> data;
+  std::vector<std::unique_ptr<stan_model>> rows;  // one instance per row
+  std::unique_ptr<stan_model> empty;              // the zero-row instance
+  std::vector<std::string> sliced;
+  std::string sliced_csv;
+  int dim = 0;
+  int threads = 1;
+  std::unique_ptr<tbb::task_arena> arena;
+};
+
+int sdp_abi_version = 1;
+
+/// Build the row instances.
+///
+/// `rows_var` names the integer data variable that counts rows.
+/// `row_vars` is a comma-separated list of the variables to slice, or null
+/// (or empty) to slice every variable whose leading dimension is the row
+/// count.  `threads` <= 0 means all hardware threads.
+sdp_rows* sdp_rows_construct(const char* data, const char* rows_var,
+                             const char* row_vars, unsigned int seed,
+                             int threads, char** error_msg) {
+  try {
+    std::unique_ptr<sdp_rows> r(new sdp_rows());
+    r->data = make_data_context(data);
+    const std::string rv(rows_var == nullptr ? "" : rows_var);
+    auto& ctx = *r->data;
+    if (!ctx.contains_r(rv))
+      throw std::invalid_argument("the row-count variable '" + rv
+                                  + "' is not in the data");
+    if (!ctx.contains_i(rv) || !ctx.dims_i(rv).empty())
+      throw std::invalid_argument("the row-count variable '" + rv
+                                  + "' must be a single integer");
+    const long n_long = ctx.vals_i(rv)[0];
+    if (n_long < 0)
+      throw std::invalid_argument("the row-count variable '" + rv
+                                  + "' is negative");
+    const size_t n = static_cast<size_t>(n_long);
+
+    std::vector<std::string> names_r, names_i;
+    ctx.names_r(names_r);
+    ctx.names_i(names_i);
+    std::vector<std::string> all(names_r);
+    for (const auto& s : names_i)
+      if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+
+    if (row_vars != nullptr && row_vars[0] != '\0') {
+      std::stringstream ss(row_vars);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        if (item.empty()) continue;
+        if (item == rv)
+          throw std::invalid_argument("the row-count variable '" + rv
+                                      + "' cannot be a row variable");
+        if (!ctx.contains_r(item))
+          throw std::invalid_argument("row variable '" + item
+                                      + "' is not in the data");
+        auto dims = ctx.dims_r(item);
+        if (dims.empty() || dims[0] != n)
+          throw std::invalid_argument(
+              "row variable '" + item + "' does not have the row count ("
+              + std::to_string(n) + ") as its leading dimension");
+        r->sliced.push_back(item);
+      }
+    } else {
+      for (const auto& name : all) {
+        if (name == rv) continue;
+        auto dims = ctx.dims_r(name);
+        if (!dims.empty() && dims[0] == n) r->sliced.push_back(name);
+      }
+    }
+    std::sort(r->sliced.begin(), r->sliced.end());
+    r->sliced_csv = join_names(r->sliced);
+
+    row_context rc(ctx, rv, r->sliced, n);
+    std::unique_ptr<stan_model> full(new stan_model(ctx, seed, outstream));
+    const size_t full_dim = full->num_params_r();
+    full.reset();
+    rc.set_row(-1);
+    try {
+      r->empty.reset(new stan_model(rc, seed, outstream));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(
+          std::string("the model cannot be built with zero rows ('") + rv
+          + "' = 0), which stan_dp needs for the prior part: " + e.what()
+          + " (allow " + rv + " = 0, e.g. declare it int<lower=0>)");
+    }
+    if (r->empty->num_params_r() != full_dim)
+      throw std::runtime_error(
+          "the number of parameters depends on the row count: "
+          + std::to_string(full_dim) + " unconstrained parameters with all "
+          + std::to_string(n) + " rows but "
+          + std::to_string(r->empty->num_params_r())
+          + " with no rows; per-row likelihoods are not defined for such a model");
+    r->rows.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      rc.set_row(static_cast<long>(i));
+      try {
+        r->rows.emplace_back(new stan_model(rc, seed, outstream));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("could not build the model for row "
+                                 + std::to_string(i) + " alone: " + e.what());
+      }
+      if (r->rows.back()->num_params_r() != full_dim)
+        throw std::runtime_error(
+            "the number of parameters depends on the row count: "
+            + std::to_string(full_dim) + " unconstrained parameters with all rows but "
+            + std::to_string(r->rows.back()->num_params_r())
+            + " with one row; per-row likelihoods are not defined for such a model");
+    }
+    r->dim = static_cast<int>(full_dim);
+    r->data.reset();  // every instance holds its own copy of what it needs
+    r->threads = threads > 0 ? threads
+                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    r->arena.reset(new tbb::task_arena(r->threads));
+    return r.release();
+  } catch (const std::exception& e) {
+    set_error(error_msg, e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_rows_construct");
+  }
+  return nullptr;
+}
+
+void sdp_rows_destruct(sdp_rows* r) { delete r; }
+
+long long sdp_rows_n(const sdp_rows* r) {
+  return static_cast<long long>(r->rows.size());
+}
+
+int sdp_rows_dim(const sdp_rows* r) { return r->dim; }
+
+int sdp_rows_threads(const sdp_rows* r) { return r->threads; }
+
+const char* sdp_rows_sliced(const sdp_rows* r) { return r->sliced_csv.c_str(); }
+
+int sdp_rows_set_threads(sdp_rows* r, int threads, char** error_msg) {
+  try {
+    r->threads = threads > 0 ? threads
+                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    r->arena.reset(new tbb::task_arena(r->threads));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, e.what());
+  }
+  return -1;
+}
+
+/// log density of the zero-row model (prior and Jacobian; propto=false).
+/// `grad` may be null.
+int sdp_log_prior(const sdp_rows* r, const double* theta, double* lp,
+                  double* grad, char** error_msg) {
+  try {
+    ensure_autodiff_stack();
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, r->dim);
+    if (grad == nullptr) {
+      *lp = log_density_value<false, true>(*r->empty, x, outstream);
+    } else {
+      *lp = log_density_grad<false, true>(*r->empty, x, grad, outstream);
+    }
+    return 0;
+  } catch (const std::domain_error& e) {
+    // Stan's "reject": an impossible point, not a failure of the call.
+    *lp = -std::numeric_limits<double>::infinity();
+    if (grad != nullptr)
+      std::fill(grad, grad + r->dim, std::numeric_limits<double>::quiet_NaN());
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in the prior: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_log_prior");
+  }
+  return -1;
+}
+
+/// Per-row log-likelihood values (and gradients when `grad` is not null).
+///
+/// out[k] = lp(row idx[k] only; theta) - lp(no rows; theta), propto=false,
+/// Jacobian included (it cancels).  `idx` null means all rows in order and
+/// then `m` must equal the row count.  `grad` is row-major (m, dim).  A row
+/// whose log density is not finite, or that Stan rejects (domain error),
+/// gives NaN/inf values, never an error.  Other exceptions are reported
+/// for the lowest failing position.
+int sdp_row_log_lik(const sdp_rows* r, const double* theta,
+                    const long long* idx, long long m, double* out,
+                    double* grad, char** error_msg) {
+  try {
+    ensure_autodiff_stack();
+    const int d = r->dim;
+    const long long n = static_cast<long long>(r->rows.size());
+    if (idx == nullptr && m != n)
+      throw std::invalid_argument("without an index, m must equal the row count");
+    if (idx != nullptr)
+      for (long long k = 0; k < m; ++k)
+        if (idx[k] < 0 || idx[k] >= n)
+          throw std::out_of_range("row index " + std::to_string(idx[k])
+                                  + " is out of range [0, " + std::to_string(n)
+                                  + ")");
+    const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+
+    // The zero-row part, once per call.
+    double lp0 = nan;
+    Eigen::VectorXd g0 = Eigen::VectorXd::Constant(d, nan);
+    try {
+      lp0 = grad == nullptr
+                ? log_density_value<false, true>(*r->empty, x, outstream)
+                : log_density_grad<false, true>(*r->empty, x, g0.data(), outstream);
+    } catch (const std::domain_error&) {
+      lp0 = nan;
+    }
+
+    std::vector<std::string> errors;
+    std::vector<long long> error_pos;
+    std::mutex error_mutex;
+    long long first_error = m;
+
+    auto body = [&](const tbb::blocked_range<long long>& range) {
+      ensure_autodiff_stack();
+      for (long long k = range.begin(); k < range.end(); ++k) {
+        const stan_model& model = *r->rows[idx == nullptr ? k : idx[k]];
+        try {
+          if (grad == nullptr) {
+            out[k] = log_density_value<false, true>(model, x, nullptr) - lp0;
+          } else {
+            double* gk = grad + k * d;
+            out[k] = log_density_grad<false, true>(model, x, gk, nullptr) - lp0;
+            for (int j = 0; j < d; ++j) gk[j] -= g0[j];
+          }
+        } catch (const std::domain_error&) {
+          out[k] = nan;
+          if (grad != nullptr) std::fill(grad + k * d, grad + (k + 1) * d, nan);
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (k < first_error) {
+            first_error = k;
+            errors.assign(1, e.what());
+          }
+        }
+      }
+    };
+    const long long grain = grad == nullptr ? 256 : 64;
+    r->arena->execute([&] {
+      tbb::parallel_for(tbb::blocked_range<long long>(0, m, grain), body,
+                        tbb::simple_partitioner());
+    });
+    if (first_error < m) {
+      const long long row = idx == nullptr ? first_error : idx[first_error];
+      throw std::runtime_error("error in row " + std::to_string(row) + ": "
+                               + errors[0]);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_row_log_lik");
+  }
+  return -1;
+}
+
+}  // extern "C"
