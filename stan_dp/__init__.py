@@ -1,3 +1,25 @@
-"""stan_dp: differentially private Bayesian inference on Stan models."""
+"""stan_dp: differentially private Bayesian inference on Stan models.
+
+The public entry points are re-exported here:
+
+- :func:`compile_model` compiles a Stan program into a model library;
+- :class:`RowModel` gives per-row log-likelihoods and gradients.
+"""
+
+import logging as _logging
 
 __version__ = "0.1.0"
+
+from stan_dp.model import ModelDecompositionError, RowModel  # noqa: E402
+from stan_dp.toolchain import StanCompileError, ToolchainError, compile_model  # noqa: E402
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+__all__ = [
+    "__version__",
+    "compile_model",
+    "RowModel",
+    "ModelDecompositionError",
+    "StanCompileError",
+    "ToolchainError",
+]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -260,6 +261,7 @@ def _compiler() -> str:
     return os.environ.get("CXX", "g++")
 
 
+@functools.lru_cache(maxsize=None)
 def _compiler_id(cxx: str) -> str:
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
@@ -335,6 +337,39 @@ def _model_name(stan_file: Path) -> str:
     return f"{stem}_model"
 
 
+def cache_key(
+    stan_file: str | os.PathLike[str],
+    *,
+    stanc_args: Sequence[str] = (),
+    toolchain: Toolchain | None = None,
+    cxx: str | None = None,
+) -> str:
+    """The cache key of a model library.
+
+    It hashes the Stan source, every file it ``#include``\\s, the stanc
+    arguments, the toolchain version, the compiler, the compiler flags, the
+    bridge and precompiled-header sources and the stan_dp version: a change
+    to any of them gives a new library.
+    """
+    stan_path = Path(stan_file).expanduser().resolve()
+    tc = toolchain if toolchain is not None else find_toolchain()
+    cxx = cxx if cxx is not None else _compiler()
+    stanc_args = tuple(str(a) for a in stanc_args)
+    included = _included_files(stan_path, stanc_args)
+    return _digest(
+        stan_path.read_bytes(),
+        *[p.read_bytes() for p in included],
+        " ".join(stanc_args).encode(),
+        tc.version.encode(),
+        _compiler_id(cxx).encode(),
+        " ".join(BASE_FLAGS).encode(),
+        BRIDGE_SOURCE.read_bytes(),
+        PCH_SOURCE.read_bytes(),
+        __version__.encode(),
+        _model_name(stan_path).encode(),
+    )[:24]
+
+
 def compile_model(
     stan_file: str | os.PathLike[str],
     *,
@@ -383,19 +418,7 @@ def compile_model(
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     name = _model_name(stan_path)
 
-    included = _included_files(stan_path, stanc_args)
-    key = _digest(
-        stan_path.read_bytes(),
-        *[p.read_bytes() for p in included],
-        " ".join(stanc_args).encode(),
-        tc.version.encode(),
-        _compiler_id(cxx).encode(),
-        " ".join(BASE_FLAGS).encode(),
-        BRIDGE_SOURCE.read_bytes(),
-        PCH_SOURCE.read_bytes(),
-        __version__.encode(),
-        name.encode(),
-    )[:24]
+    key = cache_key(stan_path, stanc_args=stanc_args, toolchain=tc, cxx=cxx)
     model_dir = cache / "models" / key
     lib = model_dir / f"{stan_path.stem}.so"
     if lib.exists():

@@ -1,0 +1,151 @@
+"""ctypes binding of the row extension (``sdp_*``) of a stan_dp model library.
+
+This is the only Python module that knows the C signatures of the row
+extension; :class:`stan_dp.model.RowModel` uses it.  Every call checks the
+return code and turns the library's error message into a Python exception.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+_ERR = ctypes.POINTER(ctypes.c_char_p)
+_DPTR = ctypes.POINTER(ctypes.c_double)
+
+
+class NativeError(RuntimeError):
+    """An error reported by the native library."""
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    if getattr(lib, "_stan_dp_declared", False):
+        return
+    if not hasattr(lib, "sdp_rows_construct"):
+        raise ValueError(
+            f"{lib._name} is not a stan_dp model library (no row extension); "
+            "compile the model with stan_dp.compile_model"
+        )
+    lib.sdp_rows_construct.restype = ctypes.c_void_p
+    lib.sdp_rows_construct.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, _ERR,
+    ]
+    lib.sdp_rows_destruct.restype = None
+    lib.sdp_rows_destruct.argtypes = [ctypes.c_void_p]
+    lib.sdp_rows_n.restype = ctypes.c_longlong
+    lib.sdp_rows_n.argtypes = [ctypes.c_void_p]
+    lib.sdp_rows_dim.restype = ctypes.c_int
+    lib.sdp_rows_dim.argtypes = [ctypes.c_void_p]
+    lib.sdp_rows_threads.restype = ctypes.c_int
+    lib.sdp_rows_threads.argtypes = [ctypes.c_void_p]
+    lib.sdp_rows_sliced.restype = ctypes.c_char_p
+    lib.sdp_rows_sliced.argtypes = [ctypes.c_void_p]
+    lib.sdp_rows_set_threads.restype = ctypes.c_int
+    lib.sdp_rows_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int, _ERR]
+    lib.sdp_log_prior.restype = ctypes.c_int
+    lib.sdp_log_prior.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _DPTR, ctypes.c_void_p, _ERR]
+    lib.sdp_row_log_lik.restype = ctypes.c_int
+    lib.sdp_row_log_lik.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
+        ctypes.c_void_p, ctypes.c_void_p, _ERR,
+    ]
+    lib.bs_free_error_msg.restype = None
+    lib.bs_free_error_msg.argtypes = [ctypes.c_char_p]
+    lib._stan_dp_declared = True
+
+
+def _raise(lib: ctypes.CDLL, err: ctypes.c_char_p, exc: type[Exception] = NativeError) -> None:
+    msg = err.value.decode("utf-8", "replace") if err.value else "unknown native error"
+    if err.value:
+        lib.bs_free_error_msg(err)
+    raise exc(msg)
+
+
+class NativeRows:
+    """Owns one ``sdp_rows`` object: the per-row model instances.
+
+    Parameters
+    ----------
+    lib : ctypes.CDLL
+        A loaded stan_dp model library.
+    data_json : str
+        The full data as JSON.
+    rows : str
+        Name of the row-count variable.
+    row_vars : sequence of str or None
+        Variables to slice per row; ``None`` slices every variable whose
+        leading dimension equals the row count.
+    seed : int
+        Seed for RNG calls in ``transformed data``.
+    threads : int
+        Worker threads; ``<= 0`` means all hardware threads.
+    """
+
+    def __init__(
+        self,
+        lib: ctypes.CDLL,
+        data_json: str,
+        rows: str,
+        row_vars: Sequence[str] | None,
+        seed: int,
+        threads: int,
+    ) -> None:
+        _declare(lib)
+        self._lib = lib
+        err = ctypes.c_char_p()
+        csv = None if row_vars is None else ",".join(row_vars).encode()
+        ptr = lib.sdp_rows_construct(
+            data_json.encode(), rows.encode(), csv, seed, threads, ctypes.byref(err)
+        )
+        if not ptr:
+            _raise(lib, err, ValueError)
+        self._ptr = ctypes.c_void_p(ptr)
+        self.n_rows = int(lib.sdp_rows_n(self._ptr))
+        self.dim = int(lib.sdp_rows_dim(self._ptr))
+        sliced = lib.sdp_rows_sliced(self._ptr).decode()
+        self.sliced = tuple(s for s in sliced.split(",") if s)
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr:
+            self._lib.sdp_rows_destruct(ptr)
+            self._ptr = None
+
+    @property
+    def threads(self) -> int:
+        return int(self._lib.sdp_rows_threads(self._ptr))
+
+    @threads.setter
+    def threads(self, value: int) -> None:
+        err = ctypes.c_char_p()
+        if self._lib.sdp_rows_set_threads(self._ptr, int(value), ctypes.byref(err)) != 0:
+            _raise(self._lib, err)
+
+    def log_prior(self, theta: np.ndarray, with_grad: bool) -> tuple[float, np.ndarray | None]:
+        lp = ctypes.c_double()
+        grad = np.empty(self.dim) if with_grad else None
+        err = ctypes.c_char_p()
+        rc = self._lib.sdp_log_prior(
+            self._ptr, theta.ctypes.data, ctypes.byref(lp),
+            None if grad is None else grad.ctypes.data, ctypes.byref(err),
+        )
+        if rc != 0:
+            _raise(self._lib, err)
+        return float(lp.value), grad
+
+    def row_log_lik(
+        self, theta: np.ndarray, idx: np.ndarray | None, with_grad: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        m = self.n_rows if idx is None else idx.shape[0]
+        out = np.empty(m)
+        grad = np.empty((m, self.dim)) if with_grad else None
+        err = ctypes.c_char_p()
+        rc = self._lib.sdp_row_log_lik(
+            self._ptr, theta.ctypes.data, None if idx is None else idx.ctypes.data, m,
+            out.ctypes.data, None if grad is None else grad.ctypes.data, ctypes.byref(err),
+        )
+        if rc != 0:
+            _raise(self._lib, err)
+        return out, grad

@@ -1,0 +1,86 @@
+"""Shared fixtures: compiled Stan models and data sets.
+
+Compiled libraries go to the per-user cache (``STAN_DP_CACHE`` or
+``~/.cache/stan_dp``), so a machine compiles each model once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = ROOT / "stan_models"
+TEST_MODELS = Path(__file__).resolve().parent / "stan"
+
+
+def bundled(name: str) -> Path:
+    """Path of a bundled model."""
+    return BUNDLED / f"{name}.stan"
+
+
+def stan_test_model(name: str) -> Path:
+    """Path of a test-only model."""
+    return TEST_MODELS / f"{name}.stan"
+
+
+@pytest.fixture(scope="session")
+def compiled():
+    """Compile (or fetch from the cache) a model by path, once per session."""
+    from stan_dp import compile_model
+
+    cache: dict[Path, Path] = {}
+
+    def get(path: Path) -> Path:
+        if path not in cache:
+            cache[path] = compile_model(path)
+        return cache[path]
+
+    return get
+
+
+def logistic_data(n: int = 200, d: int = 3, seed: int = 1) -> dict:
+    """Simulated logistic-regression data for the bundled model."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    beta = np.linspace(-1.0, 1.0, d)
+    p = 1.0 / (1.0 + np.exp(-(0.3 + x @ beta)))
+    y = (rng.random(n) < p).astype(int)
+    return {"N": n, "D": d, "X": x, "y": y, "prior_scale": 2.5}
+
+
+def linear_data(n: int = 100, d: int = 2, seed: int = 2, unknown_scale: bool = False) -> dict:
+    """Simulated linear-regression data for the bundled models."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    y = 0.5 + x @ np.arange(1, d + 1) + rng.normal(scale=1.5, size=n)
+    data = {"N": n, "D": d, "X": x, "y": y, "prior_scale": 5.0}
+    if unknown_scale:
+        data["sigma_scale"] = 3.0
+    else:
+        data["sigma"] = 1.5
+    return data
+
+
+def banana_data(n: int = 100, d: int = 3, seed: int = 3) -> dict:
+    """Data for the bundled banana model with the thesis's Fig. 2.1 settings."""
+    rng = np.random.default_rng(seed)
+    sigma = np.ones(d)
+    sigma[0], sigma[1] = np.sqrt(20.0), np.sqrt(2.5)
+    x = rng.normal(size=(n, d)) * sigma
+    return {"N": n, "d": d, "x": x, "a": 20.0, "b": 0.0, "m": 0.0,
+            "sigma0": np.sqrt(1000.0), "sigma": sigma}
+
+
+def mixed_data(n: int = 7, k: int = 3, seed: int = 4) -> dict:
+    """Data for tests/stan/rows_mixed.stan."""
+    rng = np.random.default_rng(seed)
+    return {
+        "N": n, "K": k,
+        "u": rng.normal(size=(n, 2)),
+        "g": rng.integers(1, k + 1, size=n),
+        "Z": rng.normal(size=(n, 3)),
+        "w": rng.normal(size=k),
+    }

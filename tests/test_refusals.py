@@ -1,0 +1,107 @@
+"""Every load-time refusal of RowModel and compile_model, with its message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import bundled, logistic_data, stan_test_model
+from stan_dp import ModelDecompositionError, RowModel, StanCompileError, compile_model
+
+
+def test_stan_syntax_error_reports_line_and_column(tmp_path):
+    with pytest.raises(StanCompileError, match=r"line 7, column 0") as info:
+        compile_model(stan_test_model("syntax_error"), cache_dir=tmp_path)
+    assert '";" expected' in str(info.value)
+
+
+def test_stan_type_error_reports_stanc_message(tmp_path):
+    path = tmp_path / "type_error.stan"
+    path.write_text("data { int N; vector[N] y; }\nparameters { real mu; }\nmodel { y ~ normal(mu, \"one\"); }\n")
+    with pytest.raises(StanCompileError, match=r"line 3"):
+        compile_model(path, cache_dir=tmp_path)
+
+
+def test_missing_files():
+    with pytest.raises(FileNotFoundError, match="no_such.stan"):
+        compile_model("no_such.stan")
+    with pytest.raises(FileNotFoundError, match="Stan file|model not found"):
+        RowModel("no_such.stan", {"N": 0})
+
+
+def test_missing_data_file(compiled, tmp_path):
+    with pytest.raises(FileNotFoundError, match="data file not found"):
+        RowModel(compiled(bundled("logistic_regression")), tmp_path / "absent.json")
+
+
+def test_malformed_data_file(compiled, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        RowModel(compiled(bundled("logistic_regression")), path)
+
+
+def test_missing_data_variable(compiled):
+    data = logistic_data(n=5)
+    del data["X"]
+    with pytest.raises(ValueError, match="variable name=X"):
+        RowModel(compiled(bundled("logistic_regression")), data)
+
+
+def test_mistyped_data_variable(compiled):
+    data = logistic_data(n=5)
+    data["y"] = data["y"] + 0.5  # reals where ints are declared
+    with pytest.raises(ValueError, match="variable name=y"):
+        RowModel(compiled(bundled("logistic_regression")), data)
+
+
+def test_wrong_data_size(compiled):
+    data = logistic_data(n=5)
+    data["X"] = data["X"][:4]
+    with pytest.raises(ValueError, match="variable name=X"):
+        RowModel(compiled(bundled("logistic_regression")), data)
+
+
+@pytest.mark.parametrize("value", [2.0, 2.5, [2], "2", True])
+def test_row_count_must_be_an_integer(compiled, value):
+    data = logistic_data(n=2)
+    data["N"] = value
+    with pytest.raises(ValueError, match="must be a single integer"):
+        RowModel(compiled(bundled("logistic_regression")), data)
+
+
+def test_row_count_absent(compiled):
+    with pytest.raises(ValueError, match="'M' is not in the data"):
+        RowModel(compiled(bundled("logistic_regression")), logistic_data(n=5), rows="M")
+
+
+def test_row_vars_must_have_the_row_count_leading(compiled):
+    with pytest.raises(ValueError, match="leading dimension"):
+        RowModel(compiled(bundled("logistic_regression")), logistic_data(n=5), row_vars=["prior_scale"])
+    with pytest.raises(ValueError, match="not in the data"):
+        RowModel(compiled(bundled("logistic_regression")), logistic_data(n=5), row_vars=["Q"])
+
+
+def test_parameter_dimension_depending_on_rows_is_refused(compiled):
+    data = {"N": 4, "y": np.arange(4.0)}
+    with pytest.raises(ValueError, match="number of parameters depends on the row count"):
+        RowModel(compiled(stan_test_model("size_depends_on_rows")), data)
+
+
+def test_interacting_rows_are_refused(compiled):
+    data = {"N": 6, "y": np.linspace(-1, 2, 6)}
+    with pytest.raises(ModelDecompositionError, match="does not decompose over rows"):
+        RowModel(compiled(stan_test_model("rows_interact")), data)
+
+
+def test_model_that_needs_a_row_is_refused_with_a_hint(compiled):
+    data = {"N": 3, "y": np.ones(3)}
+    with pytest.raises(ValueError, match=r"cannot be built with zero rows.*int<lower=0>"):
+        RowModel(compiled(stan_test_model("needs_one_row")), data)
+
+
+def test_not_a_stan_dp_library(tmp_path):
+    path = tmp_path / "model.txt"
+    path.write_text("")
+    with pytest.raises(ValueError, match=".stan file or a compiled library"):
+        RowModel(path, {"N": 0})

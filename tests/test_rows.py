@@ -1,0 +1,212 @@
+"""Per-row log-likelihoods and gradients of RowModel against independent computations.
+
+Oracles: BridgeStan's full-data log density and gradient (the decomposition
+must hold exactly up to rounding), central finite differences, and direct
+Python formulas for the bundled models' log-likelihoods.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import banana_data, bundled, linear_data, logistic_data, mixed_data, stan_test_model
+from stan_dp import RowModel
+
+CASES = {
+    "logistic": (lambda: bundled("logistic_regression"), logistic_data),
+    "linear_unknown_scale": (
+        lambda: bundled("linear_regression_unknown_scale"),
+        lambda: linear_data(unknown_scale=True),
+    ),
+    "linear": (lambda: bundled("linear_regression"), linear_data),
+    "banana": (lambda: bundled("banana"), banana_data),
+    "mixed": (lambda: stan_test_model("rows_mixed"), mixed_data),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request, compiled):
+    path, data = CASES[request.param]
+    return request.param, RowModel(compiled(path()), data())
+
+
+def points(dim: int, k: int = 3, seed: int = 11) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1.5, 1.5, size=(k, dim))
+
+
+def test_values_sum_to_full_log_density(case):
+    _, model = case
+    for theta in points(model.dim):
+        full = model.bridge.log_density(theta, propto=False, jacobian=True)
+        total = model.row_log_lik(theta).sum() + model.log_prior(theta)
+        assert total == pytest.approx(full, rel=1e-10, abs=1e-9)
+
+
+def test_gradients_sum_to_full_gradient(case):
+    _, model = case
+    for theta in points(model.dim):
+        _, full_grad = model.bridge.log_density_gradient(theta, propto=False, jacobian=True)
+        values, grads = model.row_log_lik_grad(theta)
+        prior, prior_grad = model.log_prior_grad(theta)
+        assert grads.shape == (model.n_rows, model.dim)
+        np.testing.assert_allclose(grads.sum(axis=0) + prior_grad, full_grad, rtol=1e-9, atol=1e-8)
+        # Values from the gradient call equal those from the value-only call.
+        np.testing.assert_allclose(values, model.row_log_lik(theta), rtol=1e-12, atol=1e-12)
+        assert prior == pytest.approx(model.log_prior(theta), rel=1e-12)
+
+
+def test_row_gradients_match_central_finite_differences(case):
+    _, model = case
+    theta = points(model.dim, k=1, seed=5)[0]
+    _, grads = model.row_log_lik_grad(theta)
+    h = 1e-5
+    fd = np.empty_like(grads)
+    for k in range(model.dim):
+        e = np.zeros(model.dim)
+        e[k] = h
+        fd[:, k] = (model.row_log_lik(theta + e) - model.row_log_lik(theta - e)) / (2 * h)
+    np.testing.assert_allclose(grads, fd, rtol=1e-5, atol=1e-6)
+    _, prior_grad = model.log_prior_grad(theta)
+    fd_prior = np.array([
+        (model.log_prior(theta + h * e) - model.log_prior(theta - h * e)) / (2 * h)
+        for e in np.eye(model.dim)
+    ])
+    np.testing.assert_allclose(prior_grad, fd_prior, rtol=1e-5, atol=1e-6)
+
+
+def test_row_subsets_with_repeats(case):
+    _, model = case
+    theta = points(model.dim, k=1, seed=6)[0]
+    all_values, all_grads = model.row_log_lik_grad(theta)
+    idx = np.array([model.n_rows - 1, 0, 2, 2, 0])
+    values, grads = model.row_log_lik_grad(theta, idx)
+    np.testing.assert_array_equal(values, all_values[idx])
+    np.testing.assert_array_equal(grads, all_grads[idx])
+    np.testing.assert_array_equal(model.row_log_lik(theta, idx), model.row_log_lik(theta)[idx])
+    assert model.row_log_lik(theta, np.array([], dtype=int)).shape == (0,)
+
+
+def test_results_do_not_depend_on_thread_count(compiled):
+    model = RowModel(compiled(bundled("logistic_regression")), logistic_data(n=3000))
+    theta = points(model.dim, k=1, seed=7)[0]
+    idx = np.random.default_rng(0).integers(0, model.n_rows, size=2500)
+    results = {}
+    for threads in (1, 2, 3):
+        model.threads = threads
+        assert model.threads == threads
+        results[threads] = (model.row_log_lik(theta), *model.row_log_lik_grad(theta, idx))
+    for threads in (2, 3):
+        for a, b in zip(results[1], results[threads]):
+            assert np.array_equal(a, b)  # bit-identical, not just close
+
+
+def test_logistic_rows_match_the_bernoulli_formula(compiled):
+    data = logistic_data(n=50)
+    model = RowModel(compiled(bundled("logistic_regression")), data)
+    theta = points(model.dim, k=1, seed=8)[0]
+    eta = theta[0] + data["X"] @ theta[1:]
+    expected = stats.bernoulli.logpmf(data["y"], 1 / (1 + np.exp(-eta)))
+    np.testing.assert_allclose(model.row_log_lik(theta), expected, rtol=1e-10)
+    expected_prior = stats.norm.logpdf(theta, 0, data["prior_scale"]).sum()
+    assert model.log_prior(theta) == pytest.approx(expected_prior, rel=1e-12)
+
+
+def test_constrained_scale_and_jacobian(compiled):
+    data = linear_data(unknown_scale=True)
+    model = RowModel(compiled(bundled("linear_regression_unknown_scale")), data)
+    theta = np.array([0.2, 0.9, 2.1, np.log(1.7)])
+    alpha, beta, sigma = theta[0], theta[1:3], np.exp(theta[3])
+    expected = stats.norm.logpdf(data["y"], alpha + data["X"] @ beta, sigma)
+    np.testing.assert_allclose(model.row_log_lik(theta), expected, rtol=1e-10)
+    # Prior part: normal priors; `sigma ~ normal(0, s)` on a <lower=0> parameter is
+    # Stan's unnormalised-truncation normal density; plus the log-Jacobian log(sigma).
+    prior = (
+        stats.norm.logpdf([alpha, *beta], 0, data["prior_scale"]).sum()
+        + stats.norm.logpdf(sigma, 0, data["sigma_scale"])
+        + np.log(sigma)
+    )
+    assert model.log_prior(theta) == pytest.approx(prior, rel=1e-10)
+    c = model.constrain(theta)
+    assert set(c) == {"alpha", "beta", "sigma"}
+    assert c["beta"].shape == (2,) and c["sigma"].shape == ()
+    assert float(c["sigma"]) == pytest.approx(sigma)
+    np.testing.assert_allclose(model.unconstrain(c), theta, rtol=1e-12)
+
+
+def test_banana_rows_match_theorem5_likelihood(compiled):
+    data = banana_data(n=20, d=3)
+    model = RowModel(compiled(bundled("banana")), data)
+    theta = np.array([0.3, -0.2, 0.8])
+    a, b, m, s = data["a"], data["b"], data["m"], data["sigma"]
+    means = np.array([theta[0], theta[1] + a * (theta[0] - m) ** 2 + b, theta[2]])
+    expected = stats.norm.logpdf(data["x"], means, s).sum(axis=1)
+    np.testing.assert_allclose(model.row_log_lik(theta), expected, rtol=1e-10)
+    z = means.copy()
+    prior = stats.norm.logpdf(z, 0, data["sigma0"]).sum()  # Ban prior: Jacobian of g is 1
+    assert model.log_prior(theta) == pytest.approx(prior, rel=1e-12)
+    assert model.row_vars == ("x",)
+
+
+def test_mixed_row_variables_are_sliced(compiled):
+    model = RowModel(compiled(stan_test_model("rows_mixed")), mixed_data())
+    assert model.row_vars == ("Z", "g", "u")
+    assert model.param_shapes == {"p": (3,), "s": (), "c": (3,), "L": (2, 2)}
+    theta = points(model.dim, k=1, seed=9)[0]
+    c = model.constrain(theta)
+    assert c["p"].sum() == pytest.approx(1.0)
+    L = c["L"]
+    assert L[0, 1] == 0.0 and np.allclose(np.sum(L**2, axis=1), 1.0)  # Cholesky factor of a correlation
+    np.testing.assert_allclose(model.unconstrain(c), theta, rtol=1e-9, atol=1e-12)
+
+
+def test_explicit_row_vars_and_non_default_row_name(compiled):
+    data = banana_data(n=12, d=2)
+    data["rows"] = data.pop("N")
+    # rows= must name the count; the default "N" is then absent and refused.
+    with pytest.raises(ValueError, match="'N' is not in the data"):
+        RowModel(compiled(bundled("banana")), data)
+
+
+def test_json_data_file(compiled, tmp_path):
+    import json
+
+    data = logistic_data(n=30)
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in data.items()}))
+    from_file = RowModel(compiled(bundled("logistic_regression")), path)
+    from_dict = RowModel(compiled(bundled("logistic_regression")), data)
+    theta = points(from_file.dim, k=1)[0]
+    np.testing.assert_array_equal(from_file.row_log_lik(theta), from_dict.row_log_lik(theta))
+
+
+def test_bad_arguments(compiled):
+    model = RowModel(compiled(bundled("logistic_regression")), logistic_data(n=10))
+    with pytest.raises(ValueError, match="shape"):
+        model.row_log_lik(np.zeros(model.dim + 1))
+    with pytest.raises(IndexError):
+        model.row_log_lik(np.zeros(model.dim), [10])
+    with pytest.raises(IndexError):
+        model.row_log_lik(np.zeros(model.dim), [-1])
+    with pytest.raises(ValueError, match="integers"):
+        model.row_log_lik(np.zeros(model.dim), [0.5])
+    with pytest.raises(ValueError, match="threads"):
+        model.threads = 0
+
+
+def test_nonfinite_rows_are_values_not_errors(compiled):
+    # An infinite observation makes its row's log-likelihood -inf; the other
+    # rows are unaffected and the call succeeds.
+    data = banana_data(n=6, d=2)
+    data["x"][2, 0] = np.inf
+    model = RowModel(compiled(bundled("banana")), data, check=False)
+    theta = np.array([0.1, 0.2])
+    values, grads = model.row_log_lik_grad(theta)
+    assert values[2] == -np.inf
+    assert np.all(np.isfinite(np.delete(values, 2)))
+    assert np.all(np.isfinite(np.delete(grads, 2, axis=0)))
+    # A point Stan rejects (NaN parameter) gives NaN rows, not an exception.
+    nan_values, nan_grads = model.row_log_lik_grad(np.array([np.nan, 0.0]))
+    assert np.all(np.isnan(nan_values)) and np.all(np.isnan(nan_grads))
+    assert model.log_prior(np.array([np.nan, 0.0])) == -np.inf
