@@ -1,0 +1,191 @@
+"""Argument validation and the neighbouring relation.
+
+Every public function of :mod:`stan_dp.accounting` validates its arguments here,
+so that a bad value fails early with a :class:`ValueError` whose message names
+the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "RELATIONS",
+    "validate_privacy_params",
+    "sensitivity_factor",
+    "check_relation",
+]
+
+#: The neighbouring relations understood by the package.
+#: ``"replace_one"``: datasets of the same size ``n`` that differ in one row
+#: (substitute neighbours; ``n`` is public).  ``"add_remove"``: one dataset is
+#: the other with one row added or removed.
+RELATIONS: tuple[str, ...] = ("replace_one", "add_remove")
+
+
+def check_relation(relation: str) -> str:
+    """Return ``relation`` if it is a known neighbouring relation.
+
+    Parameters
+    ----------
+    relation : str
+        ``"replace_one"`` or ``"add_remove"``.
+
+    Returns
+    -------
+    str
+        The same string.
+
+    Raises
+    ------
+    ValueError
+        If ``relation`` is not one of :data:`RELATIONS`.
+    """
+    if not isinstance(relation, str) or relation not in RELATIONS:
+        raise ValueError(
+            f"relation must be one of {RELATIONS!r}, got {relation!r}"
+        )
+    return relation
+
+
+def sensitivity_factor(relation: str) -> float:
+    """Factor that turns a per-row clip bound into an L2 sensitivity.
+
+    A sum over rows of quantities each clipped to norm at most ``C`` changes by
+    at most ``2 C`` when one row is replaced (``"replace_one"``: the old row's
+    term leaves, a new one enters) and by at most ``C`` when one row is added or
+    removed (``"add_remove"``).  Samplers set ``sensitivity = factor * C`` and
+    noise standard deviation ``sd = noise_multiplier * sensitivity``.
+
+    Parameters
+    ----------
+    relation : str
+        ``"replace_one"`` or ``"add_remove"``.
+
+    Returns
+    -------
+    float
+        ``2.0`` for ``"replace_one"``, ``1.0`` for ``"add_remove"``.
+
+    Raises
+    ------
+    ValueError
+        For any other relation.
+    """
+    return 2.0 if check_relation(relation) == "replace_one" else 1.0
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def check_real(
+    x: object,
+    name: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    finite: bool = True,
+) -> float:
+    """Validate a real scalar and return it as ``float``.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not a real number, is NaN, infinite (when ``finite``), or
+        violates the sign constraint.  The message names ``name``.
+    """
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x.item()
+    if not _is_real(x):
+        raise ValueError(f"{name} must be a real number, got {x!r}")
+    v = float(x)  # type: ignore[arg-type]
+    if math.isnan(v):
+        raise ValueError(f"{name} must not be NaN")
+    if finite and math.isinf(v):
+        raise ValueError(f"{name} must be finite, got {v}")
+    if positive and not v > 0:
+        raise ValueError(f"{name} must be positive, got {v}")
+    if nonnegative and not v >= 0:
+        raise ValueError(f"{name} must be non-negative, got {v}")
+    return v
+
+
+def check_int(x: object, name: str, *, minimum: int = 0) -> int:
+    """Validate an integer (Python or NumPy, or an integral float) >= ``minimum``.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not integral, is NaN, or is below ``minimum``.
+    """
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x.item()
+    if isinstance(x, bool):
+        raise ValueError(f"{name} must be an integer, got {x!r}")
+    if isinstance(x, numbers.Integral):
+        v = int(x)
+    elif _is_real(x):
+        f = float(x)  # type: ignore[arg-type]
+        if math.isnan(f):
+            raise ValueError(f"{name} must not be NaN")
+        if not math.isfinite(f) or f != math.floor(f):
+            raise ValueError(f"{name} must be an integer, got {x!r}")
+        v = int(f)
+    else:
+        raise ValueError(f"{name} must be an integer, got {x!r}")
+    if v < minimum:
+        if minimum == 0:
+            raise ValueError(f"{name} must be non-negative, got {v}")
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def validate_privacy_params(epsilon: float, delta: float) -> tuple[float, float]:
+    """Validate an ``(epsilon, delta)`` privacy budget.
+
+    Parameters
+    ----------
+    epsilon : float
+        Must be finite and > 0.
+    delta : float
+        Must lie in the open interval (0, 1).
+
+    Returns
+    -------
+    tuple of float
+        ``(epsilon, delta)`` as floats.
+
+    Raises
+    ------
+    ValueError
+        With a message naming ``epsilon`` or ``delta``.
+    """
+    eps = check_real(epsilon, "epsilon", positive=True)
+    dlt = check_delta(delta)
+    return eps, dlt
+
+
+def check_delta(delta: object) -> float:
+    """Validate ``delta`` in (0, 1) and return it as ``float``."""
+    d = check_real(delta, "delta")
+    if not 0.0 < d < 1.0:
+        raise ValueError(f"delta must lie in (0, 1), got {d}")
+    return d
+
+
+def as_sequence(x: object, name: str) -> list[object] | None:
+    """Return ``x`` as a list if it is a sequence/array, else ``None``."""
+    if isinstance(x, np.ndarray):
+        if x.ndim == 0:
+            return None
+        if x.ndim != 1:
+            raise ValueError(f"{name} must be a scalar or a 1-d sequence")
+        return list(x.tolist())
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return list(x)
+    return None
