@@ -1,0 +1,166 @@
+"""Log-density protocols the samplers are written against.
+
+Samplers never see the C++ bridge: they see an object satisfying one of the
+protocols below.  :class:`stan_dp.RowModel` satisfies :class:`RowDensity`;
+NumPy test densities (``tests/densities.py``) satisfy it too, so every sampler
+can be unit-tested without a compiler.
+
+Only the ``row_*`` methods (and :meth:`ExpFamilyDensity.row_stats`) read the
+private data.  Everything else — prior, transforms, names, sizes — must be
+data-independent (``n_rows`` is treated as public, as usual under the
+replace-one relation).  The checks in this module never call a data method, so
+a model can be validated before any data is touched.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "RowDensity",
+    "ExpFamilyDensity",
+    "check_row_density",
+    "check_expfamily_density",
+]
+
+
+@runtime_checkable
+class RowDensity(Protocol):
+    """A posterior whose log-likelihood is a sum over data rows.
+
+    Attributes
+    ----------
+    n_rows : int
+        Number of data rows (the unit of privacy).
+    dim : int
+        Dimension of the unconstrained parameter space.
+    param_names : list of str
+        Stan's constrained flattened names, e.g. ``["mu", "beta[1]"]``.
+    """
+
+    n_rows: int
+    dim: int
+    param_names: list[str]
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        """Zero-row log density (prior plus log Jacobian) at unconstrained ``theta``."""
+        ...
+
+    def row_log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per-row log-likelihood, shape ``(n_rows,)`` or ``(len(rows),)``.
+
+        May contain NaN or ±inf; samplers must cope.
+        """
+        ...
+
+    def row_log_lik_grad(
+        self, theta: np.ndarray, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row values ``(n,)`` and gradients ``(n, dim)``."""
+        ...
+
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Constrained variables by name with their Stan shapes (scalars: shape ``()``)."""
+        ...
+
+
+@runtime_checkable
+class ExpFamilyDensity(Protocol):
+    """A posterior whose log-likelihood is affine in summed sufficient statistics.
+
+    ``log_lik_stats(theta, S) = a(theta) + phi(theta) @ S`` where
+    ``S = sum_i s(y_i)`` (Yıldırım, eq. (7)).  ``a`` already contains the
+    factor ``n`` (public).  ``phi(theta)`` is recovered as
+    ``log_lik_stats(theta, e_k) - log_lik_stats(theta, 0)``; affinity is
+    checked numerically when a sampler is set up.
+
+    Attributes
+    ----------
+    n_rows : int
+        Number of data rows.
+    dim : int
+        Unconstrained dimension.
+    stat_dim : int
+        Dimension of the sufficient statistic.
+    param_names : list of str
+        Constrained flattened names.
+    """
+
+    n_rows: int
+    dim: int
+    stat_dim: int
+    param_names: list[str]
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        """Log prior (incl. Jacobian) at unconstrained ``theta``."""
+        ...
+
+    def log_lik_stats(self, theta: np.ndarray, stats: np.ndarray) -> float:
+        """Log-likelihood as a function of the summed statistic ``stats`` (affine in it)."""
+        ...
+
+    def row_stats(self) -> np.ndarray:
+        """Per-row sufficient statistics, shape ``(n_rows, stat_dim)`` (reads the data)."""
+        ...
+
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Constrained variables by name with their shapes."""
+        ...
+
+
+_ROW_METHODS = ("log_prior", "row_log_lik", "constrain")
+_EXP_METHODS = ("log_prior", "log_lik_stats", "row_stats", "constrain")
+
+
+def _check_common(model: object, kind: str, methods: tuple[str, ...], ints: tuple[str, ...]) -> None:
+    missing = [m for m in methods if not callable(getattr(model, m, None))]
+    if missing:
+        raise TypeError(
+            f"{type(model).__name__} does not satisfy the {kind} protocol: "
+            f"missing method(s) {', '.join(missing)}"
+        )
+    for name in ints:
+        value = getattr(model, name, None)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise TypeError(
+                f"{type(model).__name__} does not satisfy the {kind} protocol: "
+                f"attribute {name!r} must be a positive integer, got {value!r}"
+            )
+    names = getattr(model, "param_names", None)
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"{type(model).__name__} does not satisfy the {kind} protocol: "
+            "attribute 'param_names' must be a list of str"
+        )
+
+
+def check_row_density(model: object, *, gradients: bool = False) -> None:
+    """Check that ``model`` satisfies :class:`RowDensity` without touching data.
+
+    Parameters
+    ----------
+    model : object
+        Candidate density.
+    gradients : bool
+        Also require ``row_log_lik_grad`` (gradient-based samplers).
+
+    Raises
+    ------
+    TypeError
+        If an attribute or method is missing or malformed.
+    """
+    methods = _ROW_METHODS + (("row_log_lik_grad",) if gradients else ())
+    _check_common(model, "RowDensity", methods, ("n_rows", "dim"))
+
+
+def check_expfamily_density(model: object) -> None:
+    """Check that ``model`` satisfies :class:`ExpFamilyDensity` without touching data.
+
+    Raises
+    ------
+    TypeError
+        If an attribute or method is missing or malformed.
+    """
+    _check_common(model, "ExpFamilyDensity", _EXP_METHODS, ("n_rows", "dim", "stat_dim"))

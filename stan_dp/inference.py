@@ -1,0 +1,462 @@
+"""The sampling driver shared by all private samplers: validate → budget → chains → InferenceData.
+
+A sampler module (penalty, subsampled penalty, DP Barker, DP HMC, ...)
+validates its own arguments, then hands a :class:`SamplerSpec` to :func:`run`.
+The spec supplies
+
+* ``plan(z)``: the per-iteration release plan for noise multiplier ``z``
+  (a list of :class:`stan_dp.accounting.Release`);
+* ``build_kernel(z)``: ``kernel(rng_prop, rng_noise, state) -> (state, info)``;
+* ``init_state(rng_prop, chain)``: the chain's initial state (data-independent
+  position; may evaluate the data to cache values, which never leave);
+* ``position(state)``: the unconstrained point to record;
+* which ``info`` fields are releasable (``stats``) and which are non-private
+  diagnostics that need an explicit opt-in (``nonprivate_stats``).
+
+The driver resolves the budget before anything touches the data, runs the
+chains sequentially with separate proposal and noise streams, and builds the
+output.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from stan_dp.accounting import (
+    Budget,
+    PrivacyBudgetError,
+    Release,
+    validate_privacy_params,
+)
+from stan_dp.mechanisms import chain_streams
+from stan_dp.output import build_inference_data, constrain_draws
+
+__all__ = [
+    "DEFAULT_ITERATIONS",
+    "PrivacyWarning",
+    "Kernel",
+    "SamplerSpec",
+    "BudgetPlan",
+    "resolve_budget",
+    "validate_run_args",
+    "resolve_init",
+    "initial_position",
+    "run",
+]
+
+logger = logging.getLogger(__name__)
+logger.addHandler(logging.NullHandler())
+
+DEFAULT_ITERATIONS = 2000
+"""Post-warm-up draws per chain when neither ``iterations`` nor ``noise`` is given."""
+
+RELATIONS = ("replace_one", "add_remove")
+
+
+class PrivacyWarning(UserWarning):
+    """Something non-private is about to be released (explicit opt-in only)."""
+
+
+class Kernel(Protocol):
+    """One iteration of a sampler."""
+
+    def __call__(
+        self, rng_prop: np.random.Generator, rng_noise: np.random.Generator, state: Any
+    ) -> tuple[Any, Any]:
+        ...
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What a sampler hands to the driver.
+
+    Attributes
+    ----------
+    name : str
+        Sampler name recorded in ``attrs["sampler"]``.
+    plan : callable
+        ``z -> list[Release]``, the per-iteration releases for multiplier ``z``.
+    build_kernel : callable
+        ``z -> kernel``.
+    init_state : callable
+        ``(rng_prop, chain_index) -> state``.  Must use only data-independent
+        information to choose the point.
+    position : callable
+        ``state -> ndarray (dim,)``.
+    stats : tuple of str
+        ``info`` fields released in ``sample_stats`` (post-processing of
+        mechanism outputs or data-independent).
+    nonprivate_stats : tuple of str
+        ``info`` fields derived from raw data; released only on opt-in.
+    once : sequence of Release
+        Releases made once per run (none for penalty).
+    attrs : mapping
+        Extra sampler-specific attributes.
+    attrs_for : callable, optional
+        ``BudgetPlan -> mapping``: extra attributes that depend on the resolved
+        budget (e.g. per-owner reports).
+    """
+
+    name: str
+    plan: Callable[[float], Sequence[Release]]
+    build_kernel: Callable[[float], Kernel]
+    init_state: Callable[[np.random.Generator, int], Any]
+    position: Callable[[Any], np.ndarray]
+    stats: tuple[str, ...]
+    nonprivate_stats: tuple[str, ...] = ()
+    once: Sequence[Release] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs_for: Callable[["BudgetPlan"], Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """Resolved run size and noise."""
+
+    iterations: int
+    noise_multiplier: float
+    epsilon_spent: float
+    accountant: str
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def validate_run_args(
+    *,
+    epsilon: float,
+    delta: float,
+    iterations: int | None,
+    noise: float | None,
+    chains: int,
+    warmup: int,
+    relation: str,
+    seed: Any,
+) -> None:
+    """Validate the arguments every private run shares; touches no data.
+
+    Raises
+    ------
+    ValueError
+        With a message naming the offending argument.
+    """
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+    if not (np.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
+    if not (0 < delta < 1):
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    validate_privacy_params(float(epsilon), float(delta))
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    _check_int("chains", chains, 1)
+    _check_int("warmup", warmup, 0)
+    if iterations is not None:
+        _check_int("iterations", iterations, 1)
+    if noise is not None:
+        if isinstance(noise, bool) or not isinstance(noise, (int, float, np.floating, np.integer)) \
+                or not np.isfinite(noise) or noise <= 0:
+            raise ValueError(f"noise (the noise multiplier) must be positive and finite, got {noise!r}")
+    if seed is not None and not isinstance(seed, (int, np.integer, np.random.SeedSequence)):
+        raise ValueError(f"seed must be None, an int or a numpy SeedSequence, got {type(seed).__name__}")
+    if isinstance(seed, (int, np.integer)) and seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed!r}")
+
+
+def resolve_budget(
+    budget: Budget,
+    plan: Callable[[float], Sequence[Release]],
+    *,
+    iterations: int | None,
+    noise: float | None,
+    warmup: int,
+    chains: int,
+    once: Sequence[Release] = (),
+) -> BudgetPlan:
+    """Turn (iterations, noise) into a run that fits the budget, or refuse.
+
+    * ``iterations`` only (or neither: :data:`DEFAULT_ITERATIONS`): calibrate
+      the noise multiplier so that ``chains * (warmup + iterations)``
+      iterations spend exactly the budget.
+    * ``noise`` only: the most post-warm-up iterations that fit.
+    * both: the run must fit.
+
+    Raises
+    ------
+    PrivacyBudgetError
+        If the requested run does not fit.
+    """
+    if noise is None:
+        its = DEFAULT_ITERATIONS if iterations is None else iterations
+        total = warmup + its
+        z = float(budget.calibrate(list(plan(1.0)), total, chains=chains, once=tuple(once)))
+        if not (np.isfinite(z) and z > 0):
+            raise PrivacyBudgetError(f"calibration returned an invalid noise multiplier {z!r}")
+    else:
+        z = float(noise)
+        max_total = int(budget.max_iterations(list(plan(z)), chains=chains, once=tuple(once)))
+        if iterations is None:
+            its = max_total - warmup
+            if its < 1:
+                raise PrivacyBudgetError(
+                    f"with noise multiplier {z:g} the budget allows {max_total} iterations per "
+                    f"chain ({chains} chains), not enough for warmup={warmup} plus one draw"
+                )
+        else:
+            its = iterations
+            if warmup + its > max_total:
+                raise PrivacyBudgetError(
+                    f"{chains} chains x (warmup {warmup} + iterations {its}) = "
+                    f"{chains * (warmup + its)} releases do not fit in the budget with noise "
+                    f"multiplier {z:g}; at most {max_total} iterations per chain fit"
+                )
+        total = warmup + its
+    plan_z = list(plan(z))
+    spent = float(budget.epsilon_spent(plan_z, total, chains=chains, once=tuple(once)))
+    return BudgetPlan(its, z, spent, str(budget.accountant(plan_z, once=tuple(once))))
+
+
+INIT_RADIUS = 2.0
+"""Default initial points are uniform(-INIT_RADIUS, INIT_RADIUS) in unconstrained space."""
+
+
+def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
+    """Validate a user initial point without touching the data.
+
+    Parameters
+    ----------
+    model : object
+        Provides ``dim`` and ``log_prior``; ``unconstrain`` is needed for a dict.
+    init : None, array-like or dict
+        ``None`` (random, see :func:`initial_position`), an unconstrained
+        array of size ``dim`` (shared by all chains) or of shape
+        ``(chains, dim)``, or a dict of constrained values (needs
+        ``model.unconstrain``).  A user initial point must not depend on the
+        private data.
+    chains : int
+        Number of chains.
+
+    Returns
+    -------
+    ndarray of shape (chains, dim) or None
+
+    Raises
+    ------
+    ValueError, TypeError
+        For a wrong size, a dict without ``unconstrain``, or a point where the
+        log prior is not finite.
+    """
+    if init is None:
+        return None
+    dim = int(model.dim)
+    if isinstance(init, Mapping):
+        unconstrain = getattr(model, "unconstrain", None)
+        if not callable(unconstrain):
+            raise TypeError(
+                f"init given as a dict of constrained values, but {type(model).__name__} "
+                "has no unconstrain(); pass an unconstrained array of size dim instead"
+            )
+        init = unconstrain(dict(init))
+    arr = np.asarray(init, dtype=float)
+    if arr.size == dim:
+        arr = np.broadcast_to(arr.reshape(dim), (chains, dim)).copy()
+    elif arr.shape != (chains, dim):
+        raise ValueError(
+            f"init must have size dim={dim} (or shape (chains, dim)=({chains}, {dim})), "
+            f"got shape {np.shape(init)}"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("init must be finite")
+    for row in arr:
+        if not np.isfinite(float(model.log_prior(row))):
+            raise ValueError(f"the log prior is not finite at init {row.tolist()}")
+    return arr
+
+
+def initial_position(
+    rng: np.random.Generator, model: Any, user_init: np.ndarray | None, chain: int,
+    max_tries: int = 100,
+) -> np.ndarray:
+    """Data-independent initial point of one chain.
+
+    A user point if given, otherwise uniform(-2, 2) per coordinate in
+    unconstrained space drawn from the chain's *proposal* stream (redrawn, up
+    to ``max_tries`` times, where the log prior is not finite).
+    """
+    if user_init is not None:
+        return np.array(user_init[chain], dtype=float)
+    dim = int(model.dim)
+    for _ in range(max_tries):
+        theta = rng.uniform(-INIT_RADIUS, INIT_RADIUS, size=dim)
+        if np.isfinite(float(model.log_prior(theta))):
+            return theta
+    raise ValueError(f"no initial point with a finite log prior found in {max_tries} tries")
+
+
+class _Progress:
+    """A tqdm bar that can never crash a run."""
+
+    def __init__(self, total: int, enabled: bool, desc: str) -> None:
+        self._bar = None
+        if not enabled:
+            return
+        try:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, leave=False)
+        except Exception:  # noqa: BLE001 - progress display must never fail a run
+            self._bar = None
+
+    def update(self, n: int = 1) -> None:
+        if self._bar is None:
+            return
+        try:
+            self._bar.update(n)
+        except Exception:  # noqa: BLE001
+            self._bar = None
+
+    def close(self) -> None:
+        if self._bar is None:
+            return
+        try:
+            self._bar.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._bar = None
+
+
+def _version() -> str:
+    try:
+        from stan_dp import __version__
+
+        return str(__version__)
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def run(
+    spec: SamplerSpec,
+    model: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    iterations: int | None,
+    noise: float | None,
+    chains: int,
+    warmup: int,
+    seed: int | np.random.SeedSequence | None,
+    relation: str,
+    progress: bool,
+    release_nonprivate: Sequence[str] = (),
+    run_attrs: Mapping[str, Any] | None = None,
+):
+    """Run a private sampler and return ``arviz.InferenceData``.
+
+    Parameters
+    ----------
+    spec : SamplerSpec
+        The sampler.
+    model : object
+        Provides ``constrain``, ``param_names`` and ``n_rows`` (data-independent).
+    epsilon, delta : float
+        Budget for the whole run (all chains, warm-up included).
+    iterations : int or None
+        Post-warm-up draws per chain.
+    noise : float or None
+        Noise multiplier.
+    chains, warmup : int
+        Number of chains; warm-up (burn-in) iterations per chain.
+    seed : int, SeedSequence or None
+        ``None``: fresh OS entropy.
+    relation : {"replace_one", "add_remove"}
+        Neighbouring relation.
+    progress : bool
+        Show a progress bar.
+    release_nonprivate : sequence of str
+        Names in ``spec.nonprivate_stats`` the user explicitly asked to release.
+    run_attrs : mapping, optional
+        Extra attributes from the sampler call (clip, temperature, ...).
+
+    Returns
+    -------
+    arviz.InferenceData
+    """
+    validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
+                      chains=chains, warmup=warmup, relation=relation, seed=seed)
+    unknown = [s for s in release_nonprivate if s not in spec.nonprivate_stats]
+    if unknown:
+        raise ValueError(f"cannot release {unknown}: not a diagnostic of {spec.name}")
+
+    budget = Budget(float(epsilon), float(delta), relation=relation)
+    resolved = resolve_budget(budget, spec.plan, iterations=iterations, noise=noise,
+                              warmup=warmup, chains=chains, once=spec.once)
+    if release_nonprivate:
+        warnings.warn(
+            f"releasing {', '.join(release_nonprivate)}: computed from the raw data WITHOUT "
+            "privacy protection; the output is NOT differentially private as a whole. "
+            "Use for debugging only and do not publish it.",
+            PrivacyWarning,
+            stacklevel=3,
+        )
+
+    # ---- nothing above touched the data ----
+    kernel = spec.build_kernel(resolved.noise_multiplier)
+    total = warmup + resolved.iterations
+    streams = chain_streams(seed, chains)
+    stat_names = tuple(spec.stats) + tuple(release_nonprivate)
+    positions: list[np.ndarray] = []
+    stats: dict[str, np.ndarray] = {name: np.empty((chains, total)) for name in stat_names}
+    bar = _Progress(chains * total, progress, spec.name)
+    try:
+        for c, stream in enumerate(streams):
+            state = spec.init_state(stream.proposal, c)
+            first = np.asarray(spec.position(state), dtype=float)
+            pos = np.empty((total, first.size))
+            for i in range(total):
+                state, info = kernel(stream.proposal, stream.noise, state)
+                pos[i] = spec.position(state)
+                for name in stat_names:
+                    stats[name][c, i] = getattr(info, name)
+                bar.update(1)
+            positions.append(pos)
+    finally:
+        bar.close()
+
+    draws = constrain_draws(model.constrain, np.stack(positions))
+    for name in stat_names:
+        if name == "is_accepted":
+            stats[name] = stats[name].astype(bool)
+
+    attrs: dict[str, Any] = {
+        "sampler": spec.name,
+        "epsilon": float(epsilon),
+        "delta": float(delta),
+        "epsilon_spent": resolved.epsilon_spent,
+        "noise_multiplier": resolved.noise_multiplier,
+        "iterations": resolved.iterations,
+        "warmup": int(warmup),
+        "chains": int(chains),
+        "relation": relation,
+        "accountant": resolved.accountant,
+        "n_rows": int(model.n_rows),
+        "seeded": seed is not None,
+        "nonprivate_outputs": ",".join(release_nonprivate),
+        "stan_dp_version": _version(),
+    }
+    attrs.update(spec.attrs)
+    if run_attrs:
+        attrs.update(run_attrs)
+    if spec.attrs_for is not None:
+        attrs.update(spec.attrs_for(resolved))
+    logger.info("%s: %d chains x %d iterations, noise multiplier %.4g, epsilon spent %.4g",
+                spec.name, chains, total, resolved.noise_multiplier, resolved.epsilon_spent)
+    return build_inference_data(draws, stats, warmup=warmup, attrs=attrs)

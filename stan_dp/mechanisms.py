@@ -1,0 +1,130 @@
+"""Privacy mechanisms shared by the samplers: clipping, clamping, Gaussian noise, streams.
+
+Everything that turns raw-data quantities into something that may leave a
+sampler goes through a function here.  The functions are pure (randomness is
+passed in explicitly) so they are easy to test.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "ChainStreams",
+    "clip_log_ratios",
+    "clamp_rows_l2",
+    "gaussian_release",
+    "chain_streams",
+]
+
+
+def clip_log_ratios(ratios: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Clip per-row log-likelihood ratios to ``[-bound, bound]``.
+
+    Non-finite values are mapped into the interval too, so that the sum of the
+    result always has sensitivity ``bound`` per row: ``+inf -> bound``,
+    ``-inf -> -bound`` and ``NaN -> -bound`` (a failed evaluation counts
+    against the move).  A row that fails to evaluate must not be able to veto
+    a move on its own: that would be a data-dependent decision made outside
+    the mechanism.
+
+    Parameters
+    ----------
+    ratios : ndarray
+        Per-row log-likelihood ratios ``r_j``.
+    bound : float
+        Non-negative clip bound (``L * ||theta' - theta||``); may be ``inf``
+        (no clipping, non-private use only).
+
+    Returns
+    -------
+    clipped : ndarray
+        The clipped ratios.
+    n_clipped : int
+        How many rows were changed by clipping (including non-finite ones).
+        This count is derived from raw data and is *not* privatised.
+    """
+    r = np.asarray(ratios, dtype=float)
+    nan = np.isnan(r)
+    out = np.clip(np.where(nan, -bound, r), -bound, bound)
+    n_clipped = int(np.count_nonzero(nan | (np.abs(r) > bound)))
+    return out, n_clipped
+
+
+def clamp_rows_l2(rows: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Project each row vector onto the l2 ball of radius ``bound``.
+
+    Parameters
+    ----------
+    rows : ndarray, shape (n, k)
+        Per-row statistics.  Non-finite entries are set to zero first.
+    bound : float
+        Positive radius.
+
+    Returns
+    -------
+    clamped : ndarray, shape (n, k)
+        Rows with norm at most ``bound``.
+    n_clamped : int
+        Number of rows changed (not privatised).
+    """
+    x = np.asarray(rows, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"row statistics must be a 2-D array (n, stat_dim), got shape {x.shape}")
+    bad = ~np.isfinite(x)
+    x = np.where(bad, 0.0, x)
+    norms = np.linalg.norm(x, axis=1)
+    scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    n_clamped = int(np.count_nonzero((scale < 1.0) | bad.any(axis=1)))
+    return x * scale[:, None], n_clamped
+
+
+def gaussian_release(rng: np.random.Generator, value: np.ndarray | float, sd: float) -> np.ndarray | float:
+    """Release ``value + N(0, sd^2)`` (elementwise), the Gaussian mechanism.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The *noise* stream (never the proposal stream).
+    value : float or ndarray
+        Quantity with bounded sensitivity.
+    sd : float
+        Noise standard deviation (noise multiplier times sensitivity).
+    """
+    if np.ndim(value) == 0:
+        return float(value) + sd * float(rng.standard_normal())
+    v = np.asarray(value, dtype=float)
+    return v + sd * rng.standard_normal(v.shape)
+
+
+class ChainStreams(NamedTuple):
+    """Independent random streams of one chain."""
+
+    proposal: np.random.Generator
+    """Proposals, initial points, accept/reject uniforms (no privacy role)."""
+    noise: np.random.Generator
+    """Privacy noise only."""
+
+
+def chain_streams(seed: int | np.random.SeedSequence | None, chains: int) -> list[ChainStreams]:
+    """Spawn separate proposal and noise streams for each chain.
+
+    ``seed=None`` draws fresh OS entropy.  The root sequence is spawned into
+    one child per chain, each child into (proposal, noise).
+
+    Parameters
+    ----------
+    seed : int, SeedSequence or None
+        User seed.
+    chains : int
+        Number of chains.
+    """
+    root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    out = []
+    for child in root.spawn(chains):
+        prop, noise = child.spawn(2)
+        out.append(ChainStreams(np.random.Generator(np.random.PCG64(prop)),
+                                np.random.Generator(np.random.PCG64(noise))))
+    return out

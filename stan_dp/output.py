@@ -1,0 +1,119 @@
+"""Building ArviZ ``InferenceData`` from private runs.
+
+Only released quantities reach this module: draws (post-processing of the
+noisy releases), sample statistics the sampler declared releasable, and
+privacy facts.  There is no ``observed_data`` group and no un-noised log
+density or gradient anywhere.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs"]
+
+
+def _import_arviz():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz as az
+    return az
+
+
+def constrain_draws(
+    constrain: Callable[[np.ndarray], Mapping[str, np.ndarray]], positions: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Map unconstrained draws to constrained variables.
+
+    Parameters
+    ----------
+    constrain : callable
+        ``theta -> {name: array}`` (the density's ``constrain``).
+    positions : ndarray, shape (chains, draws, dim)
+        Unconstrained draws.
+
+    Returns
+    -------
+    dict
+        ``name -> array of shape (chains, draws, *var_shape)``.
+    """
+    chains, draws, _ = positions.shape
+    out: dict[str, np.ndarray] = {}
+    for c in range(chains):
+        for d in range(draws):
+            values = constrain(positions[c, d])
+            for name, value in values.items():
+                v = np.asarray(value, dtype=float)
+                if name not in out:
+                    out[name] = np.empty((chains, draws) + v.shape)
+                out[name][c, d] = v
+    return out
+
+
+def netcdf_safe_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Convert attribute values to types netCDF accepts (bool -> int, None -> "none")."""
+    safe: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if isinstance(value, (bool, np.bool_)):
+            safe[key] = int(value)
+        elif value is None:
+            safe[key] = "none"
+        elif isinstance(value, np.generic):
+            safe[key] = value.item()
+        elif isinstance(value, (list, tuple, np.ndarray)):
+            arr = np.asarray(value)
+            if arr.dtype.kind in "biuf":
+                safe[key] = arr.astype(float if arr.dtype.kind == "f" else int).tolist()
+            else:
+                safe[key] = [str(v) for v in arr.ravel()]
+        else:
+            safe[key] = value
+    return safe
+
+
+def build_inference_data(
+    draws: Mapping[str, np.ndarray],
+    stats: Mapping[str, np.ndarray],
+    *,
+    warmup: int,
+    attrs: Mapping[str, Any],
+):
+    """Assemble ``InferenceData`` with ``posterior``, ``sample_stats`` and warm-up groups.
+
+    Parameters
+    ----------
+    draws : mapping
+        Constrained variables, ``(chains, warmup + iterations, ...)``.
+    stats : mapping
+        Released per-iteration statistics, ``(chains, warmup + iterations)``.
+    warmup : int
+        Number of leading warm-up iterations per chain.
+    attrs : mapping
+        Privacy facts; stored on the root and on ``posterior`` and ``sample_stats``.
+
+    Returns
+    -------
+    arviz.InferenceData
+    """
+    az = _import_arviz()
+    safe = netcdf_safe_attrs(attrs)
+
+    def split(d: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
+        return ({k: v[:, warmup:] for k, v in d.items()}, {k: v[:, :warmup] for k, v in d.items()})
+
+    post, post_w = split(draws)
+    st, st_w = split(stats)
+    groups = {
+        "posterior": az.dict_to_dataset(post, attrs=safe, library=None),
+        "sample_stats": az.dict_to_dataset(st, attrs=safe, library=None),
+    }
+    if warmup > 0:
+        groups["warmup_posterior"] = az.dict_to_dataset(post_w, attrs=safe, library=None)
+        groups["warmup_sample_stats"] = az.dict_to_dataset(st_w, attrs=safe, library=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        idata = az.InferenceData(attrs=safe, **groups)
+    return idata

@@ -1,0 +1,215 @@
+"""NumPy densities satisfying :class:`stan_dp.density.RowDensity` / ``ExpFamilyDensity``.
+
+* :class:`NormalMean` — conjugate normal mean, known sigma: exact (tempered) posterior.
+* :class:`NormalMeanScale` — unknown mean and log-scale; reference by grid quadrature.
+* :class:`LogisticRegression` — ``alpha`` scalar and ``beta[2]`` vector (output shapes).
+* :class:`Untouchable` — wraps a density and raises if the data is touched.
+* :class:`NormalMeanExpFamily`, :class:`NormalMeanScaleExpFamily` — the same
+  models written on summed sufficient statistics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LOG_2PI = float(np.log(2 * np.pi))
+
+
+class DataTouched(AssertionError):
+    """Raised by :class:`Untouchable` when a data method is called."""
+
+
+class NormalMean:
+    """``y_i ~ N(mu, sigma^2)`` (sigma known), ``mu ~ N(m0, s0^2)``."""
+
+    def __init__(self, y: np.ndarray, sigma: float = 1.0, m0: float = 0.0, s0: float = 10.0) -> None:
+        self.y = np.asarray(y, dtype=float)
+        self.sigma, self.m0, self.s0 = float(sigma), float(m0), float(s0)
+        self.n_rows = int(self.y.size)
+        self.dim = 1
+        self.param_names = ["mu"]
+        self.row_calls = 0
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        return float(-0.5 * ((theta[0] - self.m0) / self.s0) ** 2 - np.log(self.s0) - 0.5 * LOG_2PI)
+
+    def row_log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        self.row_calls += 1
+        y = self.y if rows is None else self.y[np.asarray(rows)]
+        return -0.5 * ((y - theta[0]) / self.sigma) ** 2 - np.log(self.sigma) - 0.5 * LOG_2PI
+
+    def row_log_lik_grad(self, theta, rows=None):
+        y = self.y if rows is None else self.y[np.asarray(rows)]
+        return self.row_log_lik(theta, rows), ((y - theta[0]) / self.sigma**2)[:, None]
+
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        return {"mu": np.asarray(theta[0])}
+
+    def unconstrain(self, values: dict) -> np.ndarray:
+        return np.array([float(values["mu"])])
+
+    def posterior(self, temperature: float = 1.0) -> tuple[float, float]:
+        """Exact mean and sd of the tempered posterior of ``mu``."""
+        prec = temperature * self.n_rows / self.sigma**2 + 1 / self.s0**2
+        mean = (temperature * self.y.sum() / self.sigma**2 + self.m0 / self.s0**2) / prec
+        return float(mean), float(prec**-0.5)
+
+
+class NormalMeanScale:
+    """``y_i ~ N(mu, exp(tau)^2)``; ``mu ~ N(0, 5^2)``, ``tau ~ N(0, 1)`` (unconstrained ``tau``).
+
+    Constrained parameters: ``mu`` and ``sigma = exp(tau)``.
+    """
+
+    def __init__(self, y: np.ndarray) -> None:
+        self.y = np.asarray(y, dtype=float)
+        self.n_rows = int(self.y.size)
+        self.dim = 2
+        self.param_names = ["mu", "sigma"]
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        return float(-0.5 * (theta[0] / 5.0) ** 2 - 0.5 * theta[1] ** 2)
+
+    def row_log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        y = self.y if rows is None else self.y[np.asarray(rows)]
+        return -0.5 * ((y - theta[0]) * np.exp(-theta[1])) ** 2 - theta[1] - 0.5 * LOG_2PI
+
+    def row_log_lik_grad(self, theta, rows=None):
+        y = self.y if rows is None else self.y[np.asarray(rows)]
+        z = (y - theta[0]) * np.exp(-theta[1])
+        vals = -0.5 * z**2 - theta[1] - 0.5 * LOG_2PI
+        return vals, np.stack([z * np.exp(-theta[1]), z**2 - 1.0], axis=1)
+
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        return {"mu": np.asarray(theta[0]), "sigma": np.asarray(np.exp(theta[1]))}
+
+    def reference(self, temperature: float = 1.0, points: int = 400) -> dict[str, tuple[float, float]]:
+        """Posterior means and sds of ``mu`` and ``tau`` (unconstrained) by grid quadrature."""
+        ybar, s2 = self.y.mean(), self.y.var()
+        n = self.n_rows
+        mu = np.linspace(ybar - 3, ybar + 3, points)
+        tau = np.linspace(np.log(np.sqrt(s2)) - 1.5, np.log(np.sqrt(s2)) + 1.5, points)
+        M, Tau = np.meshgrid(mu, tau, indexing="ij")
+        ssq = n * s2 + n * (ybar - M) ** 2
+        logp = temperature * (-0.5 * ssq * np.exp(-2 * Tau) - n * Tau) - 0.5 * (M / 5) ** 2 - 0.5 * Tau**2
+        w = np.exp(logp - logp.max())
+        w /= w.sum()
+        out = {}
+        for name, G in (("mu", M), ("tau", Tau)):
+            m = float((w * G).sum())
+            out[name] = (m, float(np.sqrt((w * (G - m) ** 2).sum())))
+        return out
+
+
+class LogisticRegression:
+    """``y_i ~ Bernoulli(logit^-1(alpha + x_i . beta))``, standard normal priors."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = np.asarray(x, float), np.asarray(y, float)
+        self.n_rows = int(self.y.size)
+        self.dim = 1 + self.x.shape[1]
+        self.param_names = ["alpha"] + [f"beta[{k + 1}]" for k in range(self.x.shape[1])]
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        return float(-0.5 * theta @ theta - 0.5 * self.dim * LOG_2PI)
+
+    def row_log_lik(self, theta, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        eta = theta[0] + self.x[idx] @ theta[1:]
+        return self.y[idx] * eta - np.logaddexp(0.0, eta)
+
+    def row_log_lik_grad(self, theta, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        eta = theta[0] + self.x[idx] @ theta[1:]
+        resid = self.y[idx] - 1 / (1 + np.exp(-eta))
+        grad = np.column_stack([resid, resid[:, None] * self.x[idx]])
+        return self.y[idx] * eta - np.logaddexp(0.0, eta), grad
+
+    def constrain(self, theta):
+        return {"alpha": np.asarray(theta[0]), "beta": np.asarray(theta[1:])}
+
+
+class Untouchable:
+    """Wraps a density; any data access raises :class:`DataTouched`."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self.n_rows, self.dim, self.param_names = inner.n_rows, inner.dim, inner.param_names
+        if hasattr(inner, "stat_dim"):
+            self.stat_dim = inner.stat_dim
+
+    def log_prior(self, theta):
+        return self._inner.log_prior(theta)
+
+    def constrain(self, theta):
+        return self._inner.constrain(theta)
+
+    def log_lik_stats(self, theta, stats):
+        return self._inner.log_lik_stats(theta, stats)
+
+    def row_log_lik(self, theta, rows=None):
+        raise DataTouched("row_log_lik called")
+
+    def row_log_lik_grad(self, theta, rows=None):
+        raise DataTouched("row_log_lik_grad called")
+
+    def row_stats(self):
+        raise DataTouched("row_stats called")
+
+
+class NormalMeanExpFamily(NormalMean):
+    """:class:`NormalMean` on the summed statistic ``S = sum y_i`` (``stat_dim = 1``).
+
+    ``log_lik_stats(theta, S) = -n mu^2 / (2 sigma^2) + mu S / sigma^2`` (terms
+    not depending on ``mu`` dropped).  No ``row_log_lik``: a sampler that
+    needs it fails loudly.
+    """
+
+    stat_dim = 1
+
+    def __init__(self, y, sigma=1.0, m0=0.0, s0=10.0) -> None:
+        super().__init__(y, sigma, m0, s0)
+        self.stat_calls = 0
+        self.lik_calls = 0
+
+    def row_log_lik(self, theta, rows=None):  # noqa: D102
+        raise AssertionError("exp-family sampler must not evaluate rows")
+
+    def log_lik_stats(self, theta: np.ndarray, stats: np.ndarray) -> float:
+        self.lik_calls += 1
+        mu = theta[0]
+        return float(-0.5 * self.n_rows * mu**2 / self.sigma**2 + mu * stats[0] / self.sigma**2)
+
+    def row_stats(self) -> np.ndarray:
+        self.stat_calls += 1
+        return self.y[:, None].copy()
+
+
+class NormalMeanScaleExpFamily(NormalMeanScale):
+    """:class:`NormalMeanScale` on ``S = (sum y_i, sum y_i^2)``."""
+
+    stat_dim = 2
+
+    def __init__(self, y) -> None:
+        super().__init__(y)
+        self.stat_calls = 0
+
+    def row_log_lik(self, theta, rows=None):  # noqa: D102
+        raise AssertionError("exp-family sampler must not evaluate rows")
+
+    def log_lik_stats(self, theta, stats) -> float:
+        mu, tau = theta
+        n = self.n_rows
+        prec = np.exp(-2 * tau)
+        return float(-n * tau - 0.5 * n * LOG_2PI - 0.5 * prec * (stats[1] - 2 * mu * stats[0] + n * mu**2))
+
+    def row_stats(self) -> np.ndarray:
+        self.stat_calls += 1
+        return np.column_stack([self.y, self.y**2])
+
+
+class NotAffine(NormalMeanExpFamily):
+    """Log-likelihood quadratic in S: must be refused at set-up."""
+
+    def log_lik_stats(self, theta, stats) -> float:
+        return super().log_lik_stats(theta, stats) + 1e-3 * float(stats[0]) ** 2

@@ -1,0 +1,130 @@
+"""Tests of the exponential-family penalty sampler (Yıldırım, Algorithm 3, eq. (8))."""
+
+from __future__ import annotations
+
+import densities
+import numpy as np
+import pytest
+from test_penalty import CHAINS, check_moments
+
+from stan_dp.accounting import Budget, PrivacyBudgetError, Release
+from stan_dp.samplers import expfamily as E
+from stan_dp.samplers.proposals import make_proposal
+
+
+def run_exp_kernel(model, kernel, prop, draws, init, seed=0, burn=200):
+    out = np.empty((CHAINS, draws, model.dim))
+    infos = []
+    for c in range(CHAINS):
+        rp, rn = np.random.default_rng([seed, c, 0]), np.random.default_rng([seed, c, 1])
+        state = E.init(model, np.asarray(init, float), prop.init_aux(rp))
+        for i in range(burn + draws):
+            state, info = kernel(rp, rn, state)
+            if i >= burn:
+                out[c, i - burn] = state.position
+                infos.append(info)
+    return out, infos
+
+
+@pytest.fixture(scope="module")
+def normal_mean_ef():
+    return densities.NormalMeanExpFamily(np.random.default_rng(1).normal(1.0, 1.0, 50))
+
+
+def test_natural_parameters_and_affinity(normal_mean_ef):
+    offset, phi = E.natural_parameters(normal_mean_ef, np.array([0.7]))
+    assert offset == pytest.approx(-0.5 * 50 * 0.49)
+    np.testing.assert_allclose(phi, [0.7])
+    E.check_affine(normal_mean_ef)
+    E.check_affine(densities.NormalMeanScaleExpFamily(np.ones(5)))
+    with pytest.raises(ValueError, match="not affine"):
+        E.check_affine(densities.NotAffine(np.ones(5)))
+
+
+@pytest.mark.parametrize("stat_sd", [1.0, 7.0])
+def test_exact_with_noisy_statistics(normal_mean_ef, stat_sd):
+    prop = make_proposal("gaussian", 0.25, 1)
+    s = E.clamped_stat_sum(normal_mean_ef, 1e6)
+    kernel = E.build_kernel(normal_mean_ef, prop, stat_sum=s, stat_sd=stat_sd)
+    x, infos = run_exp_kernel(normal_mean_ef, kernel, prop, 5000, [1.0], seed=31)
+    typical = np.median([i.noise_sd for i in infos])
+    assert typical > (1.0 if stat_sd > 5 else 0.1)  # heavy noise case really is heavy
+    check_moments(x[..., 0], *normal_mean_ef.posterior())
+
+
+def test_penalty_term_matters_for_expfamily(normal_mean_ef):
+    prop = make_proposal("gaussian", 0.25, 1)
+    s = E.clamped_stat_sum(normal_mean_ef, 1e6)
+    kernel = E.build_kernel(normal_mean_ef, prop, stat_sum=s, stat_sd=7.0, correction=False)
+    x, _ = run_exp_kernel(normal_mean_ef, kernel, prop, 5000, [1.0], seed=31)
+    assert x[..., 0].std() / normal_mean_ef.posterior()[1] - 1 > 0.12
+
+
+def test_two_statistics_against_quadrature():
+    model = densities.NormalMeanScaleExpFamily(np.random.default_rng(3).normal(0.5, 1.5, 40))
+    ref = model.reference()
+    prop = make_proposal("component", [0.45, 0.25], 2)
+    kernel = E.build_kernel(model, prop, stat_sum=E.clamped_stat_sum(model, 1e6), stat_sd=3.0)
+    x, _ = run_exp_kernel(model, kernel, prop, 6000, [0.5, 0.4], seed=32)
+    for j, name in enumerate(("mu", "tau")):
+        check_moments(x[..., j], *ref[name])
+
+
+def test_noise_sd_follows_equation_8(normal_mean_ef):
+    prop = make_proposal("gaussian", 0.3, 1)
+    kernel = E.build_kernel(normal_mean_ef, prop, stat_sum=np.array([40.0]), stat_sd=2.0,
+                            temperature=0.5)
+    rp, rn = np.random.default_rng(0), np.random.default_rng(1)
+    state = E.init(normal_mean_ef, np.array([1.0]))
+    for _ in range(100):
+        new, info = kernel(rp, rn, state)
+        if info.is_accepted:  # phi(mu) = mu / sigma^2 with sigma = 1
+            dphi = new.position[0] - state.position[0]
+            assert info.noise_sd == pytest.approx(0.5 * abs(dphi) * 2.0)
+        state = new
+
+
+@pytest.mark.parametrize("n", [100, 10_000])
+def test_cost_does_not_grow_with_n(n):
+    """The data is read once per run; each iteration costs stat_dim + 1 likelihood calls."""
+    model = densities.NormalMeanExpFamily(np.random.default_rng(2).normal(0, 1, n))
+    idata = E.penalty_expfamily(model, epsilon=5.0, delta=1e-5, iterations=200, clip=3.0,
+                                step_size=0.05, chains=2, seed=1, progress=False)
+    assert model.stat_calls == 1
+    setup = 5 * (1 + 1 + 3)  # check_affine: 5 points x (2 natural-parameter calls + 3 checks)
+    inits = 2 * 2
+    assert model.lik_calls == setup + inits + 2 * 200 * 2
+    assert idata.attrs["sampler"] == "penalty_expfamily"
+
+
+def test_end_to_end_accounting_and_clamping():
+    y = np.random.default_rng(4).normal(0, 1, 500)
+    model = densities.NormalMeanExpFamily(y)
+    idata = E.penalty_expfamily(model, epsilon=3.0, delta=1e-6, iterations=300, clip=2.0,
+                                step_size=0.05, chains=2, warmup=50, seed=3, progress=False)
+    z = idata.attrs["noise_multiplier"]
+    spent = Budget(3.0, 1e-6).epsilon_spent([Release(z)], 350, chains=2)
+    assert idata.attrs["epsilon_spent"] == pytest.approx(spent)
+    assert idata.attrs["epsilon_spent"] <= 3.0 + 1e-9
+    assert set(idata.sample_stats.data_vars) == {"acceptance_rate", "is_accepted", "noise_sd", "step_size"}
+    assert "warmup_posterior" in idata.groups()
+    # clamping: each row's statistic projected onto [-clip, clip]
+    assert E.clamped_stat_sum(model, 2.0)[0] == pytest.approx(np.clip(y, -2, 2).sum())
+
+
+def test_refusals_before_data_is_touched():
+    inner = densities.NormalMeanExpFamily(np.zeros(10))
+    model = densities.Untouchable(inner)
+    ok = dict(epsilon=1.0, delta=1e-5, iterations=10, clip=1.0, step_size=0.1, progress=False)
+    with pytest.raises(ValueError, match="not affine"):
+        E.penalty_expfamily(densities.Untouchable(densities.NotAffine(np.zeros(10))), **ok)
+    with pytest.raises(ValueError, match="clip"):
+        E.penalty_expfamily(model, **{**ok, "clip": 0.0})
+    with pytest.raises(TypeError, match="ExpFamilyDensity"):
+        E.penalty_expfamily(densities.NormalMean(np.zeros(3)), **ok)
+    with pytest.raises(PrivacyBudgetError, match="do not fit"):
+        E.penalty_expfamily(model, **{**ok, "noise": 20.0, "iterations": 10_000})
+    with pytest.raises(PrivacyBudgetError):
+        E.penalty_expfamily(model, **{**ok, "noise": 0.01})
+    with pytest.raises(densities.DataTouched):  # the valid run does reach the data
+        E.penalty_expfamily(model, **ok)
