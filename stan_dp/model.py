@@ -14,7 +14,8 @@ is verified numerically when the model is loaded.
 Only the ``parameters`` block is exposed by :meth:`RowModel.constrain`:
 transformed parameters and generated quantities may be computed from the
 data, and anything derived from the raw data must not reach a sampler's
-output.
+output.  The constraining transform is that of the zero-row model, and a
+model whose constraints depend on the rows is refused at load.
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ class RowModel:
     # ----------------------------------------------------- transforms --
     def constrain(self, theta: Any) -> dict[str, np.ndarray]:
         """The ``parameters`` block's variables at unconstrained θ, by name and shape."""
-        flat = self.bridge.param_constrain(self._theta(theta))
+        flat = self._native.param_constrain(self._theta(theta))
         out: dict[str, np.ndarray] = {}
         pos = 0
         for name, shape in self._shapes.items():
@@ -288,8 +289,8 @@ class RowModel:
             flat.append(arr.reshape(-1, order="F"))
         vec = np.concatenate(flat) if flat else np.empty(0)
         try:
-            return self.bridge.param_unconstrain(np.ascontiguousarray(vec))
-        except RuntimeError as exc:
+            return self._native.param_unconstrain(np.ascontiguousarray(vec))
+        except ValueError as exc:
             raise ValueError(f"could not unconstrain the values: {exc}") from exc
 
     @property
@@ -321,6 +322,15 @@ class RowModel:
                 continue
             if not np.isfinite(full):
                 continue
+            with_rows = self.bridge.param_constrain(theta)
+            without_rows = self._native.param_constrain(theta)
+            if not np.allclose(with_rows, without_rows, rtol=1e-12, atol=0.0, equal_nan=True):
+                raise ModelDecompositionError(
+                    "the constraints of the parameters depend on the row data (the "
+                    "constrained values differ with and without rows), e.g. a bound "
+                    "like <lower=max(y)>; such a transform would reveal the data. "
+                    "Use bounds that depend on shared data only"
+                )
             rows = self.row_log_lik(theta)
             prior = self.log_prior(theta)
             total = float(np.sum(rows)) + prior

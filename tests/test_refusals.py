@@ -105,3 +105,9 @@ def test_not_a_stan_dp_library(tmp_path):
     path.write_text("")
     with pytest.raises(ValueError, match=".stan file or a compiled library"):
         RowModel(path, {"N": 0})
+
+
+def test_constraints_that_depend_on_rows_are_refused(compiled):
+    data = {"N": 5, "y": np.linspace(-1, 1, 5)}
+    with pytest.raises(ModelDecompositionError, match="constraints of the parameters depend on the row data"):
+        RowModel(compiled(stan_test_model("bound_from_rows")), data)

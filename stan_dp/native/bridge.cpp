@@ -722,6 +722,50 @@ int sdp_rows_set_threads(sdp_rows* r, int threads, char** error_msg) {
   return -1;
 }
 
+/// Number of constrained values of the `parameters` block.
+int sdp_param_num(const sdp_rows* r) {
+  std::vector<std::string> names;
+  r->empty->constrained_param_names(names, false, false);
+  return static_cast<int>(names.size());
+}
+
+/// Constrain with the zero-row instance: the transform then depends on the
+/// shared data only, never on a row.
+int sdp_param_constrain(const sdp_rows* r, const double* theta_unc,
+                        double* theta, char** error_msg) {
+  try {
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta_unc, r->dim);
+    Eigen::VectorXd out;
+    stan::rng_t dummy = stan::services::util::create_rng(0, 0);
+    r->empty->write_array(dummy, x, out, false, false, outstream);
+    std::copy(out.data(), out.data() + out.size(), theta);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in sdp_param_constrain: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_param_constrain");
+  }
+  return -1;
+}
+
+/// Unconstrain with the zero-row instance (see sdp_param_constrain).
+int sdp_param_unconstrain(const sdp_rows* r, const double* theta,
+                          double* theta_unc, char** error_msg) {
+  try {
+    Eigen::VectorXd c =
+        Eigen::Map<const Eigen::VectorXd>(theta, sdp_param_num(r));
+    Eigen::VectorXd u;
+    r->empty->unconstrain_array(c, u, outstream);
+    std::copy(u.data(), u.data() + r->dim, theta_unc);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, std::string("error in sdp_param_unconstrain: ") + e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_param_unconstrain");
+  }
+  return -1;
+}
+
 /// log density of the zero-row model (prior and Jacobian; propto=false).
 /// `grad` may be null.
 int sdp_log_prior(const sdp_rows* r, const double* theta, double* lp,

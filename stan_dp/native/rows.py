@@ -51,6 +51,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
         ctypes.c_void_p, ctypes.c_void_p, _ERR,
     ]
+    lib.sdp_param_num.restype = ctypes.c_int
+    lib.sdp_param_num.argtypes = [ctypes.c_void_p]
+    lib.sdp_param_constrain.restype = ctypes.c_int
+    lib.sdp_param_constrain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, _ERR]
+    lib.sdp_param_unconstrain.restype = ctypes.c_int
+    lib.sdp_param_unconstrain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, _ERR]
     lib.bs_free_error_msg.restype = None
     lib.bs_free_error_msg.argtypes = [ctypes.c_char_p]
     lib._stan_dp_declared = True
@@ -134,6 +140,24 @@ class NativeRows:
         if rc != 0:
             _raise(self._lib, err)
         return float(lp.value), grad
+
+    def param_constrain(self, theta: np.ndarray) -> np.ndarray:
+        """Constrained ``parameters`` values, by the zero-row instance."""
+        out = np.empty(int(self._lib.sdp_param_num(self._ptr)))
+        err = ctypes.c_char_p()
+        if self._lib.sdp_param_constrain(self._ptr, theta.ctypes.data, out.ctypes.data, ctypes.byref(err)) != 0:
+            _raise(self._lib, err, ValueError)
+        return out
+
+    def param_unconstrain(self, values: np.ndarray) -> np.ndarray:
+        """Unconstrained parameters from constrained values, by the zero-row instance."""
+        if values.shape != (int(self._lib.sdp_param_num(self._ptr)),):
+            raise ValueError("wrong number of constrained values")
+        out = np.empty(self.dim)
+        err = ctypes.c_char_p()
+        if self._lib.sdp_param_unconstrain(self._ptr, values.ctypes.data, out.ctypes.data, ctypes.byref(err)) != 0:
+            _raise(self._lib, err, ValueError)
+        return out
 
     def row_log_lik(
         self, theta: np.ndarray, idx: np.ndarray | None, with_grad: bool
