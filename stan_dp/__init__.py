@@ -3,7 +3,10 @@
 The public entry points are re-exported here:
 
 - :func:`compile_model` compiles a Stan program into a model library;
-- :class:`RowModel` gives per-row log-likelihoods and gradients.
+- :class:`RowModel` gives per-row log-likelihoods and gradients;
+- :func:`penalty` and :func:`penalty_expfamily` are the private penalty
+  samplers (Yıldırım 2020; Räisä 2021, Section 3.1);
+- :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
 import logging as _logging
@@ -12,6 +15,10 @@ __version__ = "0.1.0"
 
 from stan_dp.model import ModelDecompositionError, RowModel  # noqa: E402
 from stan_dp.toolchain import StanCompileError, ToolchainError, compile_model  # noqa: E402
+from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
+from stan_dp.samplers.penalty import penalty  # noqa: E402
+from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
+from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
@@ -22,4 +29,10 @@ __all__ = [
     "ModelDecompositionError",
     "StanCompileError",
     "ToolchainError",
+    "Budget",
+    "PrivacyBudgetError",
+    "penalty",
+    "penalty_expfamily",
+    "StanExpFamilyModel",
+    "ExpFamilyModelError",
 ]

@@ -32,13 +32,20 @@ def _bundled(name: str) -> Path:
     return path
 
 
-def simulated_logistic_data(n: int = 2000, d: int = 3, seed: int = 20250101) -> dict:
-    """Simulated data for the bundled logistic regression (public, synthetic)."""
+DEMO_ALPHA = 0.5
+DEMO_BETA = (1.0, 0.0, -1.0)
+
+
+def simulated_logistic_data(n: int = 20000, seed: int = 20250101) -> dict:
+    """Simulated data for the bundled logistic regression (public, synthetic).
+
+    The true coefficients are ``DEMO_ALPHA`` and ``DEMO_BETA``.
+    """
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    beta = np.linspace(1.0, -1.0, d)
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(0.5 + x @ beta)))).astype(int)
-    return {"N": n, "D": d, "X": x, "y": y, "prior_scale": 2.5}
+    beta = np.asarray(DEMO_BETA)
+    x = rng.normal(size=(n, beta.size))
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(DEMO_ALPHA + x @ beta)))).astype(int)
+    return {"N": n, "D": beta.size, "X": x, "y": y, "prior_scale": 2.5}
 
 
 def cmd_rows(args: argparse.Namespace) -> int:
@@ -70,9 +77,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 0
     fit = penalty(
         model, epsilon=args.epsilon, delta=args.delta, clip=args.clip,
-        step_size=args.step_size, proposal="component", chains=args.chains,
-        warmup=args.warmup, iterations=args.iterations, seed=args.seed, progress=False,
+        step_size=args.step_size, proposal=args.proposal, chains=args.chains,
+        warmup=args.warmup, iterations=args.iterations, seed=args.seed,
+        init=np.zeros(model.dim), progress=not args.quiet,
     )
+    print(f"\nprivate posterior (penalty algorithm; data simulated with alpha = {DEMO_ALPHA}, "
+          f"beta = {list(DEMO_BETA)})")
     _print_fit(fit)
     return 0
 
@@ -101,15 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
     rows.set_defaults(func=cmd_rows)
 
     demo = sub.add_parser("demo", help="a private fit of a bundled model")
-    demo.add_argument("--n", type=int, default=2000, help="simulated rows")
-    demo.add_argument("--epsilon", type=float, default=2.0)
-    demo.add_argument("--delta", type=float, default=1e-5)
-    demo.add_argument("--clip", type=float, default=2.0)
-    demo.add_argument("--step-size", type=float, default=0.05)
+    demo.add_argument("--n", type=int, default=20000, help="simulated rows (default 20000)")
+    demo.add_argument("--epsilon", type=float, default=4.0, help="privacy budget epsilon (default 4)")
+    demo.add_argument("--delta", type=float, default=1e-5, help="privacy budget delta (default 1e-5)")
+    demo.add_argument("--clip", type=float, default=2.5, help="clip bound L (default 2.5)")
+    demo.add_argument("--step-size", type=float, default=0.006, help="proposal step (default 0.006)")
+    demo.add_argument("--proposal", default="guided", choices=["gaussian", "component", "guided"])
     demo.add_argument("--chains", type=int, default=2)
-    demo.add_argument("--warmup", type=int, default=0)
-    demo.add_argument("--iterations", type=int, default=2000)
-    demo.add_argument("--seed", type=int, default=None)
+    demo.add_argument("--warmup", type=int, default=1500)
+    demo.add_argument("--iterations", type=int, default=1000, help="draws per chain after warm-up")
+    demo.add_argument("--seed", type=int, default=None, help="fix for a reproducible (not publishable) run")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)
     return parser
 
