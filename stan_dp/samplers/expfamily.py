@@ -66,7 +66,18 @@ class ExpFamilyInfo(NamedTuple):
 
 
 def natural_parameters(model: ExpFamilyDensity, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """``(a(theta), phi(theta))`` from ``stat_dim + 1`` evaluations of ``log_lik_stats``."""
+    """``(a(theta), phi(theta))`` with ``log_lik_stats(theta, S) = a + phi . S``.
+
+    A model may provide its own ``natural_parameters`` (e.g.
+    :class:`stan_dp.expfamily_model.StanExpFamilyModel`, which avoids the
+    cancellation of ``log_lik_stats(theta, e_k) - log_lik_stats(theta, 0)``
+    when ``a(theta)`` carries a factor n); otherwise they are read off from
+    ``stat_dim + 1`` evaluations of ``log_lik_stats``.
+    """
+    own = getattr(model, "natural_parameters", None)
+    if callable(own):
+        offset, phi = own(theta)
+        return float(offset), np.asarray(phi, dtype=float)
     k = int(model.stat_dim)
     offset = float(model.log_lik_stats(theta, np.zeros(k)))
     phi = np.empty(k)
