@@ -46,6 +46,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rows import best_time, make_data  # noqa: E402  (same timing and data as rows.py)
+
 from stan_dp import RowModel, compile_model  # noqa: E402
 from stan_dp.accounting import Budget, Release  # noqa: E402
 from stan_dp.inference import resolve_budget  # noqa: E402
@@ -61,22 +65,6 @@ DELTA = 1e-5
 SEED = 2024
 
 
-def best_time(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.2) -> float:
-    """Best-of-``repeat`` seconds per call, each sample timing enough calls for ``min_time``."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, int(min_time / once))
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
-
-
 def best_run(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     """Best-of-``repeat`` wall time of one long call, and the last result."""
     best, out = float("inf"), None
@@ -85,15 +73,6 @@ def best_run(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
         out = fn()
         best = min(best, time.perf_counter() - start)
     return best, out
-
-
-def make_data(n: int, d: int, seed: int = 0) -> dict:
-    """Same simulation as ``benchmarks/rows.py``."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    beta = rng.normal(size=d) / np.sqrt(d)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(0.2 + x @ beta)))).astype(int)
-    return {"N": n, "D": d, "X": x, "y": y, "prior_scale": 2.5}
 
 
 class NumpyLogistic:

@@ -46,7 +46,8 @@ import numpy as np
 import stanio
 
 from stan_dp.data import check_row_count, load_data
-from stan_dp.model import _as_library, _shapes_from_names
+from stan_dp.model import _as_library
+from stan_dp.params import ParamLayout
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class StanExpFamilyModel:
                 )
         if self.dim < 1:
             raise ExpFamilyModelError("the Stan program has no parameters")
-        self._shapes = _shapes_from_names(self.param_names)
+        self._layout = ParamLayout(self.param_names)
         self._prior_cache: OrderedDict[bytes, float] = OrderedDict()
         self._nat_cache: OrderedDict[bytes, tuple[float, np.ndarray]] = OrderedDict()
         if check:
@@ -449,36 +450,20 @@ class StanExpFamilyModel:
     # ----------------------------------------------------- transforms --
     def constrain(self, theta: Any) -> dict[str, np.ndarray]:
         """The ``parameters`` block's variables at unconstrained θ (from the prior instance)."""
-        flat = self._prior.param_constrain(self._theta(theta))
-        out: dict[str, np.ndarray] = {}
-        pos = 0
-        for name, shape in self._shapes.items():
-            size = int(np.prod(shape)) if shape else 1
-            out[name] = flat[pos:pos + size].reshape(shape, order="F").copy()
-            pos += size
-        return out
+        return self._layout.split(self._prior.param_constrain(self._theta(theta)))
 
     def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
         """Unconstrained parameters from a dict of constrained values."""
-        missing = [n for n in self._shapes if n not in values]
-        if missing:
-            raise ValueError(f"missing parameters: {', '.join(missing)}")
-        flat = []
-        for name, shape in self._shapes.items():
-            arr = np.asarray(values[name], dtype=np.float64)
-            if arr.shape != shape:
-                raise ValueError(f"parameter {name!r} must have shape {shape}, got {arr.shape}")
-            flat.append(arr.reshape(-1, order="F"))
-        vec = np.concatenate(flat) if flat else np.empty(0)
+        vec = self._layout.join(values)
         try:
-            return self._prior.param_unconstrain(np.ascontiguousarray(vec))
+            return self._prior.param_unconstrain(vec)
         except RuntimeError as exc:
             raise ValueError(f"could not unconstrain the values: {exc}") from exc
 
     @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every variable in the ``parameters`` block."""
-        return dict(self._shapes)
+        return dict(self._layout.shapes)
 
     # ---------------------------------------------------------- checks --
     def check_affine(self, points: int = 4, stats: int = 3, seed: int = 20240601) -> None:

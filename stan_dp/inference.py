@@ -130,6 +130,15 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def validate_positive(name: str, value: Any) -> float:
+    """Return ``value`` as a float if it is a positive, finite number; else raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return float(value)
+
+
 def validate_run_args(
     *,
     epsilon: float,

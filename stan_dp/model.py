@@ -33,6 +33,7 @@ import numpy as np
 
 from stan_dp.data import check_row_count, load_data
 from stan_dp.native.rows import NativeRows
+from stan_dp.params import ParamLayout
 from stan_dp.toolchain import compile_model
 
 logger = logging.getLogger(__name__)
@@ -55,21 +56,6 @@ def _as_library(model: str | os.PathLike[str], stanc_args: Sequence[str],
     if path.suffix in (".so", ".dylib", ".dll"):
         return path.resolve()
     raise ValueError(f"model must be a .stan file or a compiled library, got {model}")
-
-
-def _shapes_from_names(names: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """Variable shapes from Stan's flattened names (``b.2.3`` → b, index (2, 3))."""
-    shapes: dict[str, list[int]] = {}
-    order: list[str] = []
-    for name in names:
-        base, *idx = name.split(".")
-        if base not in shapes:
-            shapes[base] = [0] * len(idx)
-            order.append(base)
-        current = shapes[base]
-        for k, i in enumerate(idx):
-            current[k] = max(current[k], int(i) if i.isdigit() else 1)
-    return {b: tuple(shapes[b]) for b in order}
 
 
 class RowModel:
@@ -167,7 +153,7 @@ class RowModel:
         self.dim = self._native.dim
         self.row_vars = self._native.sliced
         self.param_names = list(self.bridge.param_names())
-        self._shapes = _shapes_from_names(self.param_names)
+        self._layout = ParamLayout(self.param_names)
         if check:
             self.check_decomposition()
 
@@ -266,37 +252,20 @@ class RowModel:
     # ----------------------------------------------------- transforms --
     def constrain(self, theta: Any) -> dict[str, np.ndarray]:
         """The ``parameters`` block's variables at unconstrained θ, by name and shape."""
-        flat = self._native.param_constrain(self._theta(theta))
-        out: dict[str, np.ndarray] = {}
-        pos = 0
-        for name, shape in self._shapes.items():
-            size = int(np.prod(shape)) if shape else 1
-            # Stan's flattened order is column-major.
-            out[name] = flat[pos:pos + size].reshape(shape, order="F").copy()
-            pos += size
-        return out
+        return self._layout.split(self._native.param_constrain(self._theta(theta)))
 
     def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
         """Unconstrained parameters from a dict of constrained values."""
-        missing = [n for n in self._shapes if n not in values]
-        if missing:
-            raise ValueError(f"missing parameters: {', '.join(missing)}")
-        flat = []
-        for name, shape in self._shapes.items():
-            arr = np.asarray(values[name], dtype=np.float64)
-            if arr.shape != shape:
-                raise ValueError(f"parameter {name!r} must have shape {shape}, got {arr.shape}")
-            flat.append(arr.reshape(-1, order="F"))
-        vec = np.concatenate(flat) if flat else np.empty(0)
+        vec = self._layout.join(values)
         try:
-            return self._native.param_unconstrain(np.ascontiguousarray(vec))
+            return self._native.param_unconstrain(vec)
         except ValueError as exc:
             raise ValueError(f"could not unconstrain the values: {exc}") from exc
 
     @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every variable in the ``parameters`` block."""
-        return dict(self._shapes)
+        return dict(self._layout.shapes)
 
     # -------------------------------------------------------- checks --
     def check_decomposition(self, points: int = 4, seed: int = 20240917) -> None:

@@ -28,7 +28,14 @@ import numpy as np
 
 from stan_dp.accounting import Release, sensitivity_factor
 from stan_dp.density import ExpFamilyDensity, check_expfamily_density
-from stan_dp.inference import SamplerSpec, initial_position, resolve_init, run, validate_run_args
+from stan_dp.inference import (
+    SamplerSpec,
+    initial_position,
+    resolve_init,
+    run,
+    validate_positive as _validate_positive,
+    validate_run_args,
+)
 from stan_dp.mechanisms import clamp_rows_l2, gaussian_release
 from stan_dp.samplers.penalty import RELEASED_STATS, log_acceptance
 from stan_dp.samplers.proposals import Proposal, make_proposal
@@ -197,13 +204,6 @@ def build_kernel(
     return kernel
 
 
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return float(value)
-
-
 def penalty_expfamily(
     model: ExpFamilyDensity,
     *,
@@ -243,8 +243,8 @@ def penalty_expfamily(
     check_expfamily_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
-    clip = _positive("clip", clip)
-    temperature = _positive("temperature", temperature)
+    clip = _validate_positive("clip", clip)
+    temperature = _validate_positive("temperature", temperature)
     prop = make_proposal(proposal, step_size, int(model.dim))
     user_init = resolve_init(model, init, chains)
     check_affine(model)

@@ -34,7 +34,14 @@ import numpy as np
 
 from stan_dp.accounting import Release, sensitivity_factor
 from stan_dp.density import RowDensity, check_row_density
-from stan_dp.inference import SamplerSpec, initial_position, resolve_init, run, validate_run_args
+from stan_dp.inference import (
+    SamplerSpec,
+    initial_position,
+    resolve_init,
+    run,
+    validate_positive as _validate_positive,
+    validate_run_args,
+)
 from stan_dp.mechanisms import clip_log_ratios, gaussian_release
 from stan_dp.samplers.proposals import Move, Proposal, make_proposal
 
@@ -222,14 +229,6 @@ def build_kernel(
         return new, info
 
     return kernel
-
-
-def _validate_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return float(value)
 
 
 def penalty(
