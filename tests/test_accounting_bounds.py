@@ -22,6 +22,7 @@ from stan_dp.accounting.bounds import (
     subsampled_penalty_rdp_epsilon,
     subsampled_penalty_sensitivity,
     subsampled_penalty_sensitivity_terms,
+    wbk_rdp_bound,
     yildirim_theorem1,
     zcdp_epsilon,
     zcdp_hmc_max_iterations,
@@ -156,6 +157,25 @@ def test_barker_epsilon_minimises_conversion():
     assert barker_epsilon(k, delta, b, n) == pytest.approx(expected, rel=1e-14)
     with pytest.raises(ValueError, match="batch_size > 10"):
         barker_epsilon(k, delta, 10, n)
+
+
+def test_barker_epsilon_of_no_iterations_is_zero():
+    assert barker_epsilon(0, 1e-5, 30, 3000) == 0.0
+    assert barker_epsilon(0, 1e-5, 5, 3000) == 0.0  # nothing released: no order needed
+    with pytest.raises(ValueError, match="batch_size"):
+        barker_epsilon(0, 1e-5, 40, 30)
+
+
+def test_wbk_bound_with_zero_base_rdp_at_order_two():
+    # min{4(e^0 - 1), 2 e^0} = 0: the j = 2 term vanishes (no math-domain error)
+    q, a = 0.1, 3
+    expected = 0.5 * math.log(1 + 2 * q**3 * math.comb(3, 3))
+    assert wbk_rdp_bound(a, q, lambda j: 0.0) == pytest.approx(expected, rel=1e-14)
+    assert wbk_rdp_bound(2, q, lambda j: 0.0) == 0.0
+    with pytest.raises(ValueError, match="base_rdp"):
+        wbk_rdp_bound(2, q, lambda j: -1.0)
+    with pytest.raises(ValueError, match="base_rdp"):
+        wbk_rdp_bound(2, q, lambda j: float("nan"))
 
 
 def test_subsampled_penalty_theorem9_rdp():

@@ -142,9 +142,18 @@ class YildirimTheorem1(NamedTuple):
     delta : float
         :math:`1.25 k n^{-\\beta'} + n^{-\\beta}` (at most eq. (4)).
     epsilon_as_printed : float
-        Eq. (3) as printed: :math:`2\\sqrt{k_0\\beta'\\beta}\\,c/\\sigma + 4k_0\\beta' c^2/\\sigma^2`.
+        The epsilon bound of the *last display of the proof* of Theorem 1
+        (after substituting :math:`\\delta'_n = n^{-\\beta}` and
+        :math:`k(n)`), as printed there:
+        :math:`2\\sqrt{k_0\\beta'\\beta}\\,c/\\sigma + 4k_0\\beta' c^2/\\sigma^2`
+        with :math:`\\beta' = 2\\alpha+\\beta`.  This is *not* eq. (3) of the
+        theorem statement, which prints
+        :math:`2\\sqrt{k_0(2\\alpha+\\beta)}\\,\\beta\\,c/\\sigma + 4k_0(2\\alpha+\\beta)c^2/\\sigma^2`
+        with :math:`\\beta` outside the square root (the two agree only for
+        :math:`\\beta = 1`).
     delta_as_printed : float
-        Eq. (4): :math:`1.25 k_0 n^{-\\beta}/\\log n + n^{-\\beta}`.
+        Eq. (4) of the statement (identical to the proof's last display):
+        :math:`1.25 k_0 n^{-\\beta}/\\log n + n^{-\\beta}`.
     """
 
     k: int
@@ -178,10 +187,13 @@ def yildirim_theorem1(
     .. note::
        Substituting :math:`k(n)` and :math:`\log(1/\delta'_n) = \beta\log n`
        into the first term gives :math:`2\sqrt{k_0\beta'\beta\log n}\,c/\sigma`;
-       the printed eq. (3) reads :math:`2\sqrt{k_0\beta'\beta}\,c/\sigma`,
+       the proof's last display prints :math:`2\sqrt{k_0\beta'\beta}\,c/\sigma`,
        without the :math:`\sqrt{\log n}` factor, which understates epsilon for
-       :math:`n > e`.  ``epsilon`` is therefore the value of the proof's chain
-       at the integer ``k``; eq. (3) is kept as ``epsilon_as_printed``.
+       :math:`n > e`.  (The theorem statement, eq. (3), prints yet another
+       form, :math:`2\sqrt{k_0(2\alpha+\beta)}\,\beta\,c/\sigma`, with
+       :math:`\beta` outside the root.)  ``epsilon`` is therefore the value of
+       the proof's chain at the integer ``k``; the proof's last display is kept
+       as ``epsilon_as_printed``.
 
     Parameters
     ----------
@@ -448,16 +460,27 @@ def wbk_rdp_bound(alpha: int, q: float, base_rdp: Callable[[int], float]) -> flo
     Returns
     -------
     float
-        :math:`\varepsilon(\alpha)` for one iteration.
+        :math:`\varepsilon(\alpha)` for one iteration.  When
+        :math:`\varepsilon'(2) = 0` the :math:`j = 2` term is 0 and the
+        formula is evaluated without it.
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` or ``q`` is invalid or ``base_rdp(2)`` is negative or NaN.
     """
     a = _check_order(alpha)
     q = check_real(q, "q", positive=True)
     if q > 1.0:
         raise ValueError(f"q must be <= 1, got {q}")
     e2 = float(base_rdp(2))
+    if not (e2 >= 0.0):
+        raise ValueError(f"base_rdp(2) must be a non-negative number, got {e2!r}")
     log_terms = [0.0]
-    log_min2 = min(math.log(4.0) + e2 + math.log(-math.expm1(-e2)), math.log(2.0) + e2)
-    log_terms.append(2.0 * math.log(q) + math.log(special.comb(a, 2, exact=True)) + log_min2)
+    if e2 > 0.0:
+        log_min2 = min(math.log(4.0) + e2 + math.log(-math.expm1(-e2)), math.log(2.0) + e2)
+        log_terms.append(2.0 * math.log(q) + math.log(special.comb(a, 2, exact=True)) + log_min2)
+    # else: min{4(e^0 - 1), 2 e^0} = 0, so the j = 2 term vanishes
     for j in range(3, a + 1):
         log_terms.append(
             math.log(2.0) + j * math.log(q) + math.log(special.comb(a, j, exact=True))
@@ -536,15 +559,21 @@ def barker_epsilon(k: int, delta: float, batch_size: int, n: int) -> float:
     Minimises :math:`k\varepsilon(\alpha) - \ln\delta/(\alpha-1)` over the
     admissible integer orders :math:`2 \le \alpha < |B|/5`.
 
+    Returns 0 for ``k = 0`` (no data is accessed).
+
     Raises
     ------
     ValueError
-        If no order is admissible (``batch_size <= 10``).
+        If no order is admissible (``batch_size <= 10``) and ``k > 0``.
     """
     k = check_int(k, "k")
     delta = check_delta(delta)
     b = check_int(batch_size, "batch_size", minimum=1)
     n = check_int(n, "n", minimum=1)
+    if b > n:
+        raise ValueError(f"batch_size must be <= n, got batch_size={b}, n={n}")
+    if k == 0:
+        return 0.0
     orders = [a for a in range(2, b) if 5 * a < b]
     if not orders:
         raise ValueError(f"Theorem 8 needs batch_size > 10 for any admissible order, got {b}")

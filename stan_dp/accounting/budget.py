@@ -17,6 +17,11 @@ Accounting method
 
 Identical lines are grouped and composed once with their total count, so the
 cost does not grow with the number of iterations.
+
+Every decision (:meth:`Budget.max_iterations`, :meth:`Budget.calibrate`,
+:meth:`Budget.fits`) is made by the very computation :meth:`Budget.check`
+performs on the run it describes, so a result of one can never be refused by
+the other because of rounding.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from .validation import (
     check_int,
     check_real,
     check_relation,
+    largest_fitting,
+    smallest_fitting_scale,
     validate_privacy_params,
 )
 
@@ -185,6 +192,16 @@ class Budget:
             return gaussian._epsilon_for_mu(_mu(lines), self.delta)
         return rdp.epsilon(lines, self.delta)
 
+    def _spent_run(self, p: Sequence[Release], o: Sequence[Release], c: int, it: int) -> float:
+        """The single code path for the epsilon of ``c * (it * p + o)``.
+
+        :meth:`epsilon_spent`, :meth:`check`, :meth:`fits`,
+        :meth:`max_iterations` and :meth:`calibrate` all decide through it, so
+        a value they accept is exactly a value ``check`` accepts.
+        """
+        lines = _group([(r, it * c) for r in p] + [(r, c) for r in o])
+        return self._spent(lines, self._method(p, o))
+
     # ------------------------------------------------------------------ public
     def accountant(self, plan: Release | Sequence[Release], once: Sequence[Release] = ()) -> str:
         """Short name of the accounting method used for ``plan`` (and ``once``).
@@ -224,8 +241,7 @@ class Budget:
         """
         p, o, c = self._prepare(plan, once, chains)
         it = check_int(iterations, "iterations")
-        lines = _group([(r, it * c) for r in p] + [(r, c) for r in o])
-        return self._spent(lines, self._method(p, o))
+        return self._spent_run(p, o, c, it)
 
     def fits(
         self,
@@ -296,20 +312,19 @@ class Budget:
         if not unit:
             raise ValueError("plan releases nothing; iterations are not limited by privacy")
         method = self._method(p, o)
+
+        def fits(k: int) -> bool:
+            # exactly what epsilon_spent / check compute for k iterations
+            return self._spent_run(p, o, c, k) <= self.epsilon
+
         if method == ACCOUNTANT_PLD:
             mu_u, mu_f = _mu(unit), _mu(fixed)
-
-            def fits(k: int) -> bool:
-                return gaussian._fits_mu(k * mu_u + mu_f, self.epsilon, self.delta)
-
             mu_star = gaussian._max_mu(self.epsilon, self.delta)
-            k = max(0, int(math.floor((mu_star - mu_f) / mu_u)))
-            while k > 0 and not fits(k):
-                k -= 1
-            while fits(k + 1):
-                k += 1
+            guess = (mu_star - mu_f) / mu_u
+            k0 = int(min(max(guess, 0.0), 2.0**62)) if math.isfinite(guess) else 2**62
+            k = largest_fitting(fits, k0)
         else:
-            k = rdp.max_multiplier(unit, fixed, self.epsilon, self.delta)
+            k = rdp.max_multiplier(unit, fixed, self.epsilon, self.delta, fits=fits)
         if k < 1:
             need = self._spent(_group([(r, c) for r in p] + [(r, c) for r in o]), method)
             raise PrivacyBudgetError(
@@ -353,15 +368,17 @@ class Budget:
         lines = _group([(r, it * c) for r in p] + [(r, c) for r in o])
         if not lines:
             raise ValueError("plan releases nothing; there is no noise to calibrate")
+        def fits(s: float) -> bool:
+            # exactly what check() computes for the scaled run
+            sp = [r.scaled(s) for r in p]
+            so = [r.scaled(s) for r in o]
+            return self._spent_run(sp, so, c, it) <= self.epsilon
+
         if self._method(p, o) == ACCOUNTANT_PLD:
-            mu1 = _mu(lines)
-            s = math.sqrt(mu1 / gaussian._max_mu(self.epsilon, self.delta))
-            for _ in range(400):
-                if gaussian._fits_mu(mu1 / (s * s), self.epsilon, self.delta):
-                    return s
-                s = math.nextafter(s, math.inf) * (1.0 + 1e-15)
-            raise RuntimeError("calibration failed to converge")  # pragma: no cover
-        return rdp.calibrate_scale(lines, self.epsilon, self.delta)
+            s0 = math.sqrt(_mu(lines) / gaussian._max_mu(self.epsilon, self.delta))
+        else:
+            s0 = rdp.calibrate_scale(lines, self.epsilon, self.delta)
+        return smallest_fitting_scale(fits, s0)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-data description for output ``attrs``."""

@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import dp_accounting
 import numpy as np
 from dp_accounting.rdp import compute_epsilon
 from scipy import optimize
+
+from .validation import largest_fitting
 
 __all__ = ["RDP_ORDERS", "RdpLine", "dp_accounting_sampled_wor_rdp", "step_rdp"]
 
@@ -155,19 +157,30 @@ def max_multiplier(
     fixed: Sequence[RdpLine],
     target_epsilon: float,
     delta: float,
+    fits: Callable[[int], bool] | None = None,
 ) -> int:
     """Largest ``k >= 0`` such that ``k * per_unit + fixed`` fits ``(epsilon, delta)``.
 
     Returns 0 if even ``k = 1`` does not fit (the caller decides whether
     ``fixed`` alone fits).
+
+    ``fits(k)``, if given, decides whether ``k`` fits and must be the exact
+    computation the caller reports (e.g. :meth:`Budget.epsilon_spent` on the
+    grouped lines), so the answer can never disagree with it by rounding.
+    The default composes ``k * per_unit + fixed`` exactly as
+    :func:`epsilon` does for the lines ``RdpLine(z, k * count)`` of
+    ``per_unit`` (plus ``fixed``).
     """
     r_unit = rdp_vector(per_unit)
     r_fixed = rdp_vector(fixed)
     if not np.any(r_unit > 0):
         raise ValueError("the plan releases nothing; iterations are not limited by privacy")
 
-    def fits(k: int) -> bool:
-        return rdp_to_epsilon(k * r_unit + r_fixed, delta) <= target_epsilon
+    if fits is None:
+
+        def fits(k: int) -> bool:
+            lines = [ln._replace(count=ln.count * k) for ln in per_unit] + list(fixed)
+            return epsilon(lines, delta) <= target_epsilon
 
     # Closed-form candidate from the per-order conversion, then verify exactly.
     off = _conversion_offset(delta, _ORDERS)
@@ -176,28 +189,7 @@ def max_multiplier(
     cand = cand[np.isfinite(cand)]
     k = int(max(0.0, math.floor(float(cand.max())))) if cand.size else 0
     k = min(k, 2**62)
-    if k > 0 and not fits(k):
-        lo, hi = 0, k  # fits(lo) assumed (k = 0 treated as fitting), not fits(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
-    step = 1
-    while fits(k + step):
-        k += step
-        step *= 2
-    # now fits(k) (or k == 0) and not fits(k + step); bisect the gap
-    lo, hi = k, k + step
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return largest_fitting(fits, k)
 
 
 def _plain_upper_scale(lines: Sequence[RdpLine], target_epsilon: float, delta: float) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -189,3 +189,79 @@ def as_sequence(x: object, name: str) -> list[object] | None:
     if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         return list(x)
     return None
+
+
+# --------------------------------------------------------------------------
+# monotone searches shared by the accounting functions
+# --------------------------------------------------------------------------
+_K_MAX = 2**62
+
+
+def largest_fitting(fits: Callable[[int], bool], guess: int) -> int:
+    """Largest ``k >= 1`` with ``fits(k)``, or 0 if ``fits(1)`` is false.
+
+    ``fits`` must be monotone (true up to some ``K``, false beyond); ``guess``
+    is only a starting point: the answer is decided by ``fits`` alone, by an
+    exponential search from ``guess`` and a bisection.
+    """
+    k = min(max(int(guess), 1), _K_MAX)
+    if fits(k):
+        lo, step = k, 1
+        while True:  # gallop up: fits(lo) holds
+            hi = min(lo + step, _K_MAX)
+            if hi == lo:
+                return lo  # pragma: no cover - unbounded
+            if not fits(hi):
+                break
+            lo, step = hi, 2 * step
+    else:
+        hi, step = k, 1  # not fits(hi)
+        while True:  # gallop down
+            lo = hi - step
+            if lo < 1:
+                if not fits(1):
+                    return 0
+                lo = 1
+                break
+            if fits(lo):
+                break
+            hi, step = lo, 2 * step
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def smallest_fitting_scale(fits: Callable[[float], bool], guess: float, max_steps: int = 4000) -> float:
+    """A scale ``s >= guess`` with ``fits(s)``, moved up from ``guess`` as little as needed.
+
+    If ``fits(guess)`` already holds, ``guess`` is returned.  Otherwise ``s``
+    grows by 1, 2, 4, ... ulps until it fits, and the last gap is bisected, so
+    the result is the smallest fitting double above ``guess`` to within one
+    step of the search (``fits`` is assumed monotone in ``s``).
+    """
+    s = float(guess)
+    if fits(s):
+        return s
+    lo = s  # not fits(lo)
+    step = 1.0
+    for _ in range(max_steps):
+        hi = math.nextafter(lo + lo * 2.0**-53 * step, math.inf)
+        if fits(hi):
+            break
+        lo, step = hi, 2.0 * step
+    else:  # pragma: no cover - defensive
+        raise RuntimeError("calibration failed to converge")
+    for _ in range(200):  # bisect in value: not fits(lo), fits(hi)
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
