@@ -83,10 +83,8 @@ def check_row_count(values: Mapping[str, Any], rows: str) -> int:
         )
     value = values[rows]
     arr = np.asarray(value)
-    is_int = arr.ndim == 0 and (
-        np.issubdtype(arr.dtype, np.integer)
-        or (isinstance(value, float) is False and isinstance(value, int) and not isinstance(value, bool))
-    )
+    # Python ints beyond int64 have object dtype, hence the isinstance test.
+    is_int = arr.ndim == 0 and (np.issubdtype(arr.dtype, np.integer) or isinstance(value, int))
     if not is_int or isinstance(value, (bool, np.bool_)):
         raise ValueError(
             f"the row-count variable {rows!r} must be a single integer, got {value!r}"

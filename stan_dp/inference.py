@@ -33,6 +33,7 @@ from stan_dp.accounting import (
     Release,
     validate_privacy_params,
 )
+from stan_dp.accounting.validation import check_relation
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws
 
@@ -54,9 +55,6 @@ logger.addHandler(logging.NullHandler())
 
 DEFAULT_ITERATIONS = 2000
 """Post-warm-up draws per chain when neither ``iterations`` nor ``noise`` is given."""
-
-RELATIONS = ("replace_one", "add_remove")
-
 
 class PrivacyWarning(UserWarning):
     """Something non-private is about to be released (explicit opt-in only)."""
@@ -157,16 +155,8 @@ def validate_run_args(
     ValueError
         With a message naming the offending argument.
     """
-    for name, value in (("epsilon", epsilon), ("delta", delta)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-    if not (np.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
-    if not (0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    validate_privacy_params(float(epsilon), float(delta))
-    if relation not in RELATIONS:
-        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    validate_privacy_params(epsilon, delta)
+    check_relation(relation)
     _check_int("chains", chains, 1)
     _check_int("warmup", warmup, 0)
     if iterations is not None:

@@ -24,14 +24,18 @@ with warnings.catch_warnings():
 CHAINS = 4
 
 
-def run_kernel(model, kernel, proposal, draws, init, seed=0, burn=200):
-    """Run CHAINS chains of ``kernel``; return positions (chains, draws, dim) and infos."""
+def run_kernel(model, kernel, proposal, draws, init, seed=0, burn=200, init_state=P.init):
+    """Run CHAINS chains of ``kernel``; return positions (chains, draws, dim) and infos.
+
+    ``init_state(model, position, aux)`` builds the first state (the penalty
+    sampler's by default; the exponential-family tests pass theirs).
+    """
     out = np.empty((CHAINS, draws, model.dim))
     infos = []
     for c in range(CHAINS):
         rp = np.random.default_rng([seed, c, 0])
         rn = np.random.default_rng([seed, c, 1])
-        state = P.init(model, np.asarray(init, float), proposal.init_aux(rp))
+        state = init_state(model, np.asarray(init, float), proposal.init_aux(rp))
         for i in range(burn + draws):
             state, info = kernel(rp, rn, state)
             if i >= burn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import densities
 import numpy as np
 import pytest
-from test_penalty import CHAINS, check_moments
+from test_penalty import check_moments, run_kernel
 
 from stan_dp.accounting import Budget, PrivacyBudgetError, Release
 from stan_dp.samplers import expfamily as E
@@ -13,17 +13,7 @@ from stan_dp.samplers.proposals import make_proposal
 
 
 def run_exp_kernel(model, kernel, prop, draws, init, seed=0, burn=200):
-    out = np.empty((CHAINS, draws, model.dim))
-    infos = []
-    for c in range(CHAINS):
-        rp, rn = np.random.default_rng([seed, c, 0]), np.random.default_rng([seed, c, 1])
-        state = E.init(model, np.asarray(init, float), prop.init_aux(rp))
-        for i in range(burn + draws):
-            state, info = kernel(rp, rn, state)
-            if i >= burn:
-                out[c, i - burn] = state.position
-                infos.append(info)
-    return out, infos
+    return run_kernel(model, kernel, prop, draws, init, seed=seed, burn=burn, init_state=E.init)
 
 
 @pytest.fixture(scope="module")

@@ -326,7 +326,7 @@ class Budget:
         else:
             k = rdp.max_multiplier(unit, fixed, self.epsilon, self.delta, fits=fits)
         if k < 1:
-            need = self._spent(_group([(r, c) for r in p] + [(r, c) for r in o]), method)
+            need = self._spent_run(p, o, c, 1)
             raise PrivacyBudgetError(
                 f"not even one iteration fits: {c} chain(s) x 1 iteration of this "
                 f"release plan need epsilon={need:.6g} at delta={self.delta:g}, more "
