@@ -6,6 +6,7 @@ The public entry points are re-exported here:
 - :class:`RowModel` gives per-row log-likelihoods and gradients;
 - :func:`penalty` and :func:`penalty_expfamily` are the private penalty
   samplers (Yıldırım 2020; Räisä 2021, Section 3.1);
+- :func:`mmd` and :func:`compare` put a private posterior next to a reference;
 - :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
@@ -19,6 +20,7 @@ from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
 from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
+from stan_dp.diagnostics import compare, mmd  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
@@ -35,4 +37,6 @@ __all__ = [
     "penalty_expfamily",
     "StanExpFamilyModel",
     "ExpFamilyModelError",
+    "mmd",
+    "compare",
 ]
