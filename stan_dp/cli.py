@@ -5,12 +5,21 @@ Subcommands
 ``stan-dp rows MODEL.stan --data DATA.json [--rows N]``
     Compile a model, check that it decomposes over rows, and print a summary
     of its per-row log-likelihoods at a data-independent point.
+``stan-dp sample MODEL.stan --data DATA.json --sampler {penalty,subsampled,barker,hmc} --epsilon E --delta D [options] [--output fit.nc]``
+    A private fit: summary, privacy report, and the fit as netCDF.
+``stan-dp reference MODEL.stan --data DATA.json [--output ref.nc]``
+    The non-private NUTS fit of the same model (CmdStan if installed,
+    otherwise Stan's NUTS compiled from the bundled toolchain).
+``stan-dp compare fit.nc ref.nc [--plot out.png]``
+    The comparison table (means, sds, standardised mean error, sd ratio,
+    coverage), MMD and the privacy report; optionally an overlay plot.
 ``stan-dp demo``
     The main job: a private fit of the bundled logistic regression on
-    simulated data, with its privacy report.
+    simulated data next to its non-private reference, with the comparison,
+    the privacy report and a plot written to the current folder.
 
-Errors in arguments or files give a one-line message and exit code 2; they
-never print a traceback.
+Errors in arguments or files give a one-line message and exit code 2 (1 for
+an unexpected failure); they never print a traceback.
 """
 
 from __future__ import annotations
@@ -62,47 +71,220 @@ def cmd_rows(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+# ---------------------------------------------------------------- sampling
+
+SAMPLERS = {
+    "penalty": "penalty",
+    "subsampled": "subsampled_penalty",
+    "barker": "barker",
+    "hmc": "hmc",
+}
+"""``--sampler`` choice -> function name in :mod:`stan_dp`."""
+
+SAMPLER_OPTIONS = (
+    # (flag dest, type, help)
+    ("iterations", int, "post-warm-up draws per chain"),
+    ("noise", float, "noise multiplier (noise sd / sensitivity)"),
+    ("clip", float, "log-likelihood-ratio clip bound"),
+    ("step_size", float, "proposal / leapfrog step size"),
+    ("proposal", str, "proposal of the penalty samplers: gaussian, component or guided"),
+    ("temperature", float, "tempering T (likelihood to the power T)"),
+    ("batch_size", int, "rows per iteration (subsampled, barker)"),
+    ("correction_variance", float, "Barker's C (barker)"),
+    ("grad_noise", float, "gradient noise multiplier (hmc)"),
+    ("grad_clip", float, "per-row gradient clip bound (hmc)"),
+    ("n_leapfrog", int, "leapfrog steps per iteration (hmc)"),
+    ("relation", str, "neighbouring relation: replace_one or add_remove"),
+)
+
+PRIVACY_KEYS = ("sampler", "epsilon", "delta", "epsilon_spent", "noise_multiplier",
+                "grad_noise_multiplier", "relation", "accountant", "chains", "warmup",
+                "iterations", "clip", "grad_clip", "batch_size", "temperature", "n_rows",
+                "seeded", "nonprivate_outputs")
+
+
+def _sampler_function(name: str):
+    import stan_dp
+
+    fn = getattr(stan_dp, SAMPLERS[name], None)
+    if fn is None:
+        raise ValueError(f"sampler {name!r} is not available in this version of stan_dp")
+    return fn
+
+
+def _sampler_kwargs(fn, args: argparse.Namespace) -> dict:
+    """The sampler options given on the command line, refusing those ``fn`` does not take."""
+    import inspect
+
+    accepted = inspect.signature(fn).parameters
+    kwargs = {}
+    for dest, _, _ in SAMPLER_OPTIONS:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if dest not in accepted:
+            flag = "--" + dest.replace("_", "-")
+            raise ValueError(f"option {flag} does not apply to sampler {args.sampler!r}")
+        kwargs[dest] = value
+    return kwargs
+
+
+def print_privacy_report(attrs) -> None:
+    """Print the privacy facts of a private fit."""
+    print("privacy report")
+    for key in PRIVACY_KEYS:
+        if key in attrs and attrs[key] not in ("", None):
+            print(f"  {key:22s} {attrs[key]}")
+
+
+def _print_fit(fit) -> None:
+    import arviz as az
+
+    print(az.summary(fit, kind="stats").to_string())
+    print()
+    print_privacy_report(fit.posterior.attrs)
+
+
+def _write_netcdf(idata, path: str | Path) -> Path:
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise FileNotFoundError(f"output folder not found: {path.parent}")
+    idata.to_netcdf(str(path))
+    return path
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
     from stan_dp import RowModel
 
-    data = simulated_logistic_data(n=args.n)
-    print(f"stan_dp demo: bundled logistic regression, {args.n} simulated rows, D = {data['D']}")
-    model = RowModel(_bundled("logistic_regression"), data)
-    print(f"compiled and checked: {model}")
+    fn = _sampler_function(args.sampler)
+    kwargs = _sampler_kwargs(fn, args)
+    model = RowModel(args.model, args.data, rows=args.rows)
+    fit = fn(model, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+             warmup=args.warmup, seed=args.seed, progress=not args.quiet, **kwargs)
+    _print_fit(fit)
+    if args.output:
+        print(f"written: {_write_netcdf(fit, args.output)}")
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    import arviz as az
+
+    from stan_dp import reference_fit
+
+    fit = reference_fit(args.model, args.data, chains=args.chains, draws=args.draws,
+                        warmup=args.warmup, seed=args.seed, backend=args.backend)
+    print(az.summary(fit).to_string())
+    print(f"backend: {fit.posterior.attrs.get('backend', 'unknown')} (non-private)")
+    if args.output:
+        print(f"written: {_write_netcdf(fit, args.output)}")
+    return 0
+
+
+def _read_netcdf(path: str):
+    from stan_dp.output import _import_arviz
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    az = _import_arviz()
     try:
-        from stan_dp.samplers.penalty import penalty
-    except ImportError:  # pragma: no cover - until the sampler lands
-        values = model.row_log_lik(np.zeros(model.dim))
-        print(f"per-row log-likelihoods at 0: {values[:5]} ...")
-        return 0
+        idata = az.from_netcdf(str(p))
+    except Exception as exc:  # noqa: BLE001 - any reader failure means a malformed file
+        raise ValueError(f"cannot read {path} as an ArviZ netCDF file ({type(exc).__name__})") from None
+    if "posterior" not in idata.groups():
+        raise ValueError(f"{path} has no posterior group")
+    return idata
+
+
+def report_comparison(private, reference, *, plot: str | Path | None, var_names=None) -> None:
+    """Print the comparison table, MMD and privacy report; optionally write the plot."""
+    from stan_dp import compare
+
+    result = compare(private, reference, var_names=var_names)
+    print("private fit vs non-private reference "
+          f"(std_mean_error = (mean - ref_mean) / ref_sd; coverage = share of reference draws "
+          f"inside the private {result.interval:.0%} interval)")
+    print(result)
+    print()
+    print_privacy_report(private.posterior.attrs)
+    if plot:
+        print(f"plot: {result.plot(plot)}")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    fit, ref = _read_netcdf(args.fit), _read_netcdf(args.reference)
+    report_comparison(fit, ref, plot=args.plot, var_names=args.var_names)
+    return 0
+
+
+# ---------------------------------------------------------------- the demo
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from stan_dp.accounting import validate_privacy_params
+
+    validate_privacy_params(args.epsilon, args.delta)
+    from stan_dp import RowModel, reference_fit
+    from stan_dp.samplers.penalty import penalty
+
+    out = Path(args.output_dir)
+    if not out.is_dir():
+        raise FileNotFoundError(f"output folder not found: {out}")
+    data = simulated_logistic_data(n=args.n)
+    stan_file = _bundled("logistic_regression")
+    print(f"stan_dp demo: bundled logistic regression, {args.n} simulated rows, D = {data['D']} "
+          f"(truth: alpha {DEMO_ALPHA}, beta {list(DEMO_BETA)})")
+    model = RowModel(stan_file, data)
+    print(f"compiled and checked: {model}")
+    print(f"\n1. private fit: penalty algorithm ({args.proposal} proposal), "
+          f"epsilon = {args.epsilon}, delta = {args.delta}")
     fit = penalty(
         model, epsilon=args.epsilon, delta=args.delta, clip=args.clip,
         step_size=args.step_size, proposal=args.proposal, chains=args.chains,
         warmup=args.warmup, iterations=args.iterations, seed=args.seed,
         init=np.zeros(model.dim), progress=not args.quiet,
     )
-    print(f"\nprivate posterior (penalty algorithm; data simulated with alpha = {DEMO_ALPHA}, "
-          f"beta = {list(DEMO_BETA)})")
-    _print_fit(fit)
+    print("2. non-private reference: Stan's NUTS on the same data")
+    ref = reference_fit(stan_file, data, chains=args.chains, draws=args.reference_draws,
+                        warmup=args.reference_draws, seed=args.seed)
+    print(f"   backend: {ref.posterior.attrs.get('backend', 'unknown')}\n")
+    fit_path = _write_netcdf(fit, out / "stan_dp_demo_fit.nc")
+    ref_path = _write_netcdf(ref, out / "stan_dp_demo_reference.nc")
+    report_comparison(fit, ref, plot=out / "stan_dp_demo.png")
+    print(f"written: {fit_path}, {ref_path}")
     return 0
 
 
-def _print_fit(fit) -> None:
-    import arviz as az
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
-    attrs = fit.posterior.attrs
-    print(az.summary(fit, kind="stats").to_string())
-    print("\nprivacy report")
-    for key in ("sampler", "epsilon", "delta", "epsilon_spent", "noise_multiplier",
-                "relation", "accountant", "chains", "warmup", "iterations", "clip",
-                "temperature", "n_rows", "seeded"):
-        if key in attrs:
-            print(f"  {key:18s} {attrs[key]}")
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be non-negative, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error and exit code 2 (no usage dump)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stan-dp", description="Differentially private MCMC on Stan models")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="stan-dp", description="Differentially private MCMC on Stan models")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     rows = sub.add_parser("rows", help="check a model's per-row decomposition")
     rows.add_argument("model", help="a .stan file")
@@ -110,20 +292,64 @@ def build_parser() -> argparse.ArgumentParser:
     rows.add_argument("--rows", default="N", help="the data variable counting rows (default N)")
     rows.set_defaults(func=cmd_rows)
 
-    demo = sub.add_parser("demo", help="a private fit of a bundled model")
-    demo.add_argument("--n", type=int, default=20000, help="simulated rows (default 20000)")
+    sample = sub.add_parser("sample", help="a private fit of a Stan model")
+    sample.add_argument("model", help="a .stan file")
+    sample.add_argument("--data", required=True, help="data as a JSON file")
+    sample.add_argument("--rows", default="N", help="the data variable counting rows (default N)")
+    sample.add_argument("--sampler", default="penalty", choices=sorted(SAMPLERS))
+    sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
+    sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
+    sample.add_argument("--chains", type=_positive_int, default=4)
+    sample.add_argument("--warmup", type=_nonnegative_int, default=0, help="warm-up iterations per chain (counted in the budget)")
+    for dest, kind, text in SAMPLER_OPTIONS:
+        sample.add_argument("--" + dest.replace("_", "-"), dest=dest,
+                            type=_positive_int if kind is int else kind, default=None, help=text)
+    sample.add_argument("--seed", type=_nonnegative_int, default=None,
+                        help="fix for a reproducible (not publishable) run")
+    sample.add_argument("--output", default=None, help="write the fit as netCDF (e.g. fit.nc)")
+    sample.add_argument("--quiet", action="store_true", help="no progress bar")
+    sample.set_defaults(func=cmd_sample)
+
+    ref = sub.add_parser("reference", help="the non-private NUTS fit of a Stan model")
+    ref.add_argument("model", help="a .stan file")
+    ref.add_argument("--data", required=True, help="data as a JSON file")
+    ref.add_argument("--chains", type=_positive_int, default=4)
+    ref.add_argument("--draws", type=_positive_int, default=1000)
+    ref.add_argument("--warmup", type=_nonnegative_int, default=1000)
+    ref.add_argument("--seed", type=_nonnegative_int, default=None)
+    ref.add_argument("--backend", default="auto", choices=["auto", "cmdstan", "offline"])
+    ref.add_argument("--output", default=None, help="write the fit as netCDF (e.g. ref.nc)")
+    ref.set_defaults(func=cmd_reference)
+
+    cmp = sub.add_parser("compare", help="a private fit next to a reference fit")
+    cmp.add_argument("fit", help="the private fit (netCDF)")
+    cmp.add_argument("reference", help="the reference fit (netCDF)")
+    cmp.add_argument("--plot", default=None, help="write an overlay plot (PNG)")
+    cmp.add_argument("--var-names", nargs="+", default=None, help="variables to compare")
+    cmp.set_defaults(func=cmd_compare)
+
+    demo = sub.add_parser("demo", help="the main job: a private fit next to its non-private reference")
+    demo.add_argument("--n", type=_positive_int, default=20000, help="simulated rows (default 20000)")
     demo.add_argument("--epsilon", type=float, default=4.0, help="privacy budget epsilon (default 4)")
     demo.add_argument("--delta", type=float, default=1e-5, help="privacy budget delta (default 1e-5)")
     demo.add_argument("--clip", type=float, default=2.5, help="clip bound L (default 2.5)")
     demo.add_argument("--step-size", type=float, default=0.006, help="proposal step (default 0.006)")
     demo.add_argument("--proposal", default="guided", choices=["gaussian", "component", "guided"])
-    demo.add_argument("--chains", type=int, default=2)
-    demo.add_argument("--warmup", type=int, default=1500)
-    demo.add_argument("--iterations", type=int, default=1000, help="draws per chain after warm-up")
-    demo.add_argument("--seed", type=int, default=None, help="fix for a reproducible (not publishable) run")
+    demo.add_argument("--chains", type=_positive_int, default=2)
+    demo.add_argument("--warmup", type=_nonnegative_int, default=1500)
+    demo.add_argument("--iterations", type=_positive_int, default=1000, help="draws per chain after warm-up")
+    demo.add_argument("--reference-draws", type=_positive_int, default=1000,
+                      help="NUTS warm-up and draws per chain of the reference (default 1000)")
+    demo.add_argument("--output-dir", default=".", help="where the fits and the plot go (default: here)")
+    demo.add_argument("--seed", type=_nonnegative_int, default=None, help="fix for a reproducible (not publishable) run")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)
     return parser
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,10 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (FileNotFoundError, ValueError, RuntimeError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"stan-dp: error: {first}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, RuntimeError, TypeError, OSError, KeyError) as exc:
+        print(f"stan-dp: error: {_first_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - the command line never shows a traceback
+        print(f"stan-dp: error: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # pragma: no cover
         print("stan-dp: interrupted", file=sys.stderr)
         return 130
