@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from banana_experiments import as_fit, make_problem, run_kernel, score, theta_scale, timed, write_csv
+from banana_experiments import figure_grid, save_figure, as_fit, make_problem, run_kernel, score, theta_scale, timed, write_csv
 from stan_dp.samplers.penalty import build_kernel as penalty_kernel
 from stan_dp.samplers.penalty import init as penalty_init
 from stan_dp.samplers.proposals import make_proposal
@@ -100,13 +100,8 @@ def main(argv=None) -> int:
 
 def plot(rows: list[dict], path: Path) -> Path:
     """Fig. 7.1's layout: MMD vs clip bound (top) and vs clip fraction (bottom), one column per d."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     dims = sorted({r["d"] for r in rows})
-    fig, axes = plt.subplots(2, len(dims), figsize=(5 * len(dims), 7), squeeze=False)
+    fig, axes = figure_grid(2, len(dims), height=3.5)
     for j, d in enumerate(dims):
         for name in sorted({r["sampler"] for r in rows if r["d"] == d}):
             sel = [r for r in rows if r["d"] == d and r["sampler"] == name]
@@ -123,10 +118,7 @@ def plot(rows: list[dict], path: Path) -> Path:
         axes[1, j].set_xlabel("fraction of rows clipped")
         axes[0, j].set_title(f"{d}-D banana")
         axes[0, j].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -124,5 +124,25 @@ def as_fit(positions: np.ndarray) -> dict:
     return {"theta": positions[None, :, :]}
 
 
-__all__ = ["Problem", "make_problem", "second_half", "score", "write_csv", "timed",
+def figure_grid(rows: int, cols: int, height: float):
+    """A matplotlib figure with a ``rows x cols`` grid of axes (headless backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(rows, cols, figsize=(5 * cols, height * rows), squeeze=False)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Save a figure as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["figure_grid", "save_figure", "Problem", "make_problem", "second_half", "score", "write_csv", "timed",
            "theta_scale", "run_kernel", "as_fit"]

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 import stan_dp
-from banana_experiments import Problem, make_problem, score, second_half, theta_scale, timed, write_csv
+from banana_experiments import figure_grid, save_figure, Problem, make_problem, score, second_half, theta_scale, timed, write_csv
 
 FULL = {"n": 100_000, "dims": (2, 10), "epsilons": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0),
         "n0": 1000, "iterations": 3000, "hmc_iterations": 500, "batch_size": 1000}
@@ -150,15 +150,9 @@ def main(argv=None) -> int:
 
 def plot(rows: list[dict], path: Path) -> Path:
     """Fig. 7.2's layout: MMD vs ε per sampler; columns d, rows tempering."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     dims = sorted({r["d"] for r in rows})
     temps = sorted({r["temperature"] < 1 for r in rows})
-    fig, axes = plt.subplots(len(temps), len(dims), figsize=(5 * len(dims), 3.6 * len(temps)),
-                             squeeze=False)
+    fig, axes = figure_grid(len(temps), len(dims), height=3.6)
     for i, tempered in enumerate(temps):
         for j, d in enumerate(dims):
             ax = axes[i, j]
@@ -173,10 +167,7 @@ def plot(rows: list[dict], path: Path) -> Path:
             ax.set_ylabel("MMD to exact posterior")
             ax.set_title(f"{d}-D banana, " + ("tempered" if tempered else "not tempered"))
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -192,16 +192,7 @@ def mmd(
         Gretton et al. (2012, Lemma 6).  About ``0`` (up to ``O(1/sqrt(m))``)
         for two samples of one distribution.
     """
-    if var_names is None and not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
-        names_b = list(getattr(_posterior(b), "data_vars", []) or list(_posterior(b).keys()))
-        names_a = set(getattr(_posterior(a), "data_vars", []) or list(_posterior(a).keys()))
-        var_names = [v for v in names_b if v in names_a]
-        if not var_names:
-            raise ValueError("the two samples share no posterior variables")
-    x, lx = draws_matrix(a, var_names)
-    y, ly = draws_matrix(b, var_names)
-    if lx != ly:
-        raise ValueError(f"the samples have different components: {lx} vs {ly}")
+    x, y, _, _ = _paired_matrices(a, b, var_names)
     if len(x) < 2 or len(y) < 2:
         raise ValueError("each sample needs at least 2 draws")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
@@ -309,6 +300,21 @@ def _shared_var_names(private: Any, reference: Any) -> list[str]:
             and tuple(np.shape(post_r[v])[2:]) == tuple(np.shape(post_p[v])[2:])]
 
 
+def _paired_matrices(
+    a: Any, b: Any, var_names: Sequence[str] | None
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str] | None]:
+    """Draw matrices of two samples over the same components (default: shared variables)."""
+    if var_names is None and not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
+        var_names = _shared_var_names(a, b)
+        if not var_names:
+            raise ValueError("the two samples share no posterior variables of equal shape")
+    x, labels = draws_matrix(a, var_names)
+    y, labels_b = draws_matrix(b, var_names)
+    if labels != labels_b:
+        raise ValueError(f"the samples have different components: {labels} vs {labels_b}")
+    return x, y, labels, None if var_names is None else list(var_names)
+
+
 def compare(
     private: Any,
     reference: Any,
@@ -344,13 +350,7 @@ def compare(
 
     if not (0 < interval < 1):
         raise ValueError(f"interval must be in (0, 1), got {interval!r}")
-    names = _shared_var_names(private, reference) if var_names is None else list(var_names)
-    if not names:
-        raise ValueError("the private and the reference posterior share no variables of equal shape")
-    x, labels = draws_matrix(private, names)
-    y, labels_ref = draws_matrix(reference, names)
-    if labels != labels_ref:
-        raise ValueError(f"components differ: {labels} vs {labels_ref}")
+    x, y, labels, names = _paired_matrices(private, reference, var_names)
     lo, hi = np.quantile(x, [(1 - interval) / 2, (1 + interval) / 2], axis=0)
     ref_sd = y.std(0, ddof=1)
     table = pd.DataFrame(

@@ -112,5 +112,5 @@ def test_compare_skips_variables_the_private_fit_lacks_and_plots(tmp_path):
     assert list(cmp.table.index) == ["mu"]
     out = cmp.plot(tmp_path / "cmp.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError, match="share no variables"):
+    with pytest.raises(ValueError, match="share no posterior variables"):
         compare({"a": np.zeros((1, 5))}, {"b": np.zeros((1, 5))})
