@@ -24,7 +24,8 @@
 //             generated quantity, Stan's flattened names);
 //   values    chains x (warmup + draws) x n_cols doubles, row-major;
 //   messages  the samplers' log (warnings, model print output), one per line.
-// On failure it returns -1 and *error_msg holds the reason.
+// On failure it returns -1 (-2 if the model cannot be built from the data)
+// and *error_msg holds the reason.
 
 #include <stan/callbacks/interrupt.hpp>
 #include <stan/callbacks/logger.hpp>
@@ -52,6 +53,8 @@ stan::model::model_base& new_model(stan::io::var_context& data_context,
                                    unsigned int seed, std::ostream* msg_stream);
 
 namespace stan_dp_services {
+
+constexpr int kDataError = -2;
 
 char* copy_string(const std::string& s) {
   char* out = static_cast<char*>(std::malloc(s.size() + 1));
@@ -162,18 +165,20 @@ void run_chain(stan::model::model_base& model, unsigned int seed, unsigned int c
   try {
     // This thread's autodiff stack (a no-op if the thread already has one).
     stan::math::ChainableStack autodiff_stack;
-    stan::io::empty_var_context init;
-    stan::io::empty_var_context init_inv_metric;
+    stan::io::empty_var_context init;  // random inits, uniform(-R, R) unconstrained
     flag_interrupt interrupt(stop);
     stan::callbacks::writer init_writer;
     stan::callbacks::writer diagnostic_writer;
+    stan::callbacks::structured_writer metric_writer;
+    // The overload without an initial metric starts from the unit metric.
     out.return_code = stan::services::sample::hmc_nuts_diag_e_adapt(
-        model, init, init_inv_metric, seed, chain_id, o.init_radius, warmup, draws,
+        model, init, seed, chain_id, o.init_radius, warmup, draws,
         /*num_thin=*/1, /*save_warmup=*/true, /*refresh=*/0, o.stepsize,
         o.stepsize_jitter, static_cast<int>(o.max_depth), o.delta, o.gamma, o.kappa,
         o.t0, static_cast<unsigned int>(o.init_buffer),
         static_cast<unsigned int>(o.term_buffer), static_cast<unsigned int>(o.window),
-        interrupt, *out.logger, init_writer, *out.writer, diagnostic_writer);
+        interrupt, *out.logger, init_writer, *out.writer, diagnostic_writer,
+        metric_writer);
   } catch (const std::exception& e) {
     out.failure = e.what();
   } catch (...) {
@@ -215,15 +220,21 @@ int sdp_nuts(const char* data_json, unsigned int seed, int chains, int warmup, i
   std::memcpy(&o, options, sizeof(double) * nuts_options::kCount);
   try {
     stan::math::ChainableStack autodiff_stack;
-    std::unique_ptr<stan::io::var_context> data;
-    if (data_json == nullptr || data_json[0] == '\0') {
-      data = std::make_unique<stan::io::empty_var_context>();
-    } else {
-      std::istringstream in(data_json);
-      data = std::make_unique<stan::json::json_data>(in);
-    }
     std::ostringstream model_msgs;
-    std::unique_ptr<stan::model::model_base> model(&new_model(*data, seed, &model_msgs));
+    std::unique_ptr<stan::model::model_base> model;
+    try {
+      std::unique_ptr<stan::io::var_context> data;
+      if (data_json == nullptr || data_json[0] == '\0') {
+        data = std::make_unique<stan::io::empty_var_context>();
+      } else {
+        std::istringstream in(data_json);
+        data = std::make_unique<stan::json::json_data>(in);
+      }
+      model.reset(&new_model(*data, seed, &model_msgs));
+    } catch (const std::exception& e) {
+      fail(e.what());
+      return kDataError;
+    }
 
     std::vector<chain_result> results(chains);
     for (int c = 0; c < chains; ++c) {
