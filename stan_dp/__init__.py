@@ -6,7 +6,8 @@ The public entry points are re-exported here:
 - :class:`RowModel` gives per-row log-likelihoods and gradients;
 - :func:`penalty` and :func:`penalty_expfamily` are the private penalty
   samplers (Yıldırım 2020; Räisä 2021, Section 3.1);
-- :mod:`stan_dp.accounting` holds the privacy accounting.
+- :mod:`stan_dp.accounting` holds the privacy accounting;
+- :func:`reference_fit` is the non-private yardstick: Stan's own NUTS.
 """
 
 import logging as _logging
@@ -19,6 +20,7 @@ from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
 from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
+from stan_dp.reference import reference_fit  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
@@ -35,4 +37,5 @@ __all__ = [
     "penalty_expfamily",
     "StanExpFamilyModel",
     "ExpFamilyModelError",
+    "reference_fit",
 ]

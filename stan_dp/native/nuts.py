@@ -11,11 +11,14 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import logging
 import threading
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 _CHARP = ctypes.POINTER(ctypes.c_char)
 _OUT_CHARP = ctypes.POINTER(_CHARP)
@@ -179,6 +182,8 @@ def run_nuts(
     except KeyboardInterrupt:
         stop.value = 1
         worker.join()
+        logger.warning("reference NUTS interrupted after %d of %d iterations",
+                       int(progress.sum()), chains * (warmup + draws))
         _take_string(lib, header)
         _take_string(lib, messages)
         _take_string(lib, error)
