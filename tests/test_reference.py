@@ -250,6 +250,40 @@ def test_reference_variant_has_its_own_cache_key(tmp_path, monkeypatch):
         cache_key(LINEAR, variant="fast")
 
 
+def test_cmdstan_backend_wiring(monkeypatch):
+    # Without CmdStan: a stand-in for cmdstanpy checks that the call binds to the
+    # real CmdStanModel.sample signature, and that the result gets our attrs.
+    import inspect
+
+    import cmdstanpy
+
+    calls = {}
+
+    class FakeModel:
+        def __init__(self, stan_file):
+            calls["stan_file"] = stan_file
+
+        def sample(self, **kwargs):
+            inspect.signature(cmdstanpy.CmdStanModel.sample).bind(None, **kwargs)
+            calls.update(kwargs)
+            return "fit"
+
+    offline = reference_fit(LINEAR, linear_data(n=10), seed=2, chains=1, draws=10, warmup=10)
+    az = _arviz()
+    monkeypatch.setattr(reference_module, "cmdstan_available", lambda: True)
+    monkeypatch.setattr(cmdstanpy, "CmdStanModel", FakeModel)
+    monkeypatch.setattr(cmdstanpy, "cmdstan_version", lambda: (2, 36))
+    monkeypatch.setattr(az, "from_cmdstanpy", lambda posterior, save_warmup: offline)
+    idata = reference_fit(LINEAR, linear_data(n=10), seed=2, chains=3, draws=7, warmup=5,
+                          adapt_delta=0.9, max_treedepth=8)
+    assert calls["stan_file"] == str(LINEAR)
+    assert (calls["chains"], calls["iter_sampling"], calls["iter_warmup"]) == (3, 7, 5)
+    assert (calls["seed"], calls["adapt_delta"], calls["max_treedepth"]) == (2, 0.9, 8)
+    assert calls["data"]["N"] == 10 and calls["save_warmup"] is True
+    assert idata.attrs["backend"] == "cmdstan" and idata.attrs["stan_version"] == "2.36"
+    assert idata.posterior.attrs["backend"] == "cmdstan"
+
+
 @pytest.mark.skipif(not reference_module.cmdstan_available(), reason="CmdStan not installed")
 def test_cmdstan_backend_agrees_with_the_exact_posterior():
     data = linear_data(n=100, d=2)
