@@ -248,7 +248,7 @@ def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains:
             parallel_chains=parallel_chains, show_progress=progress,
         )
     except RuntimeError as exc:
-        raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}") from None
+        raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}") from exc
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         idata = az.from_cmdstanpy(posterior=fit, save_warmup=warmup > 0)
