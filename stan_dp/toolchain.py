@@ -12,9 +12,9 @@ only when a non-private reference fit asks for it) adds Stan's NUTS service
 (``stan_dp/native/services.cpp``, compiled once per toolchain into an object
 file) and is cached under its own key.  Libraries are cached under a key
 that hashes the Stan source, the files it ``#include``\\s, the toolchain
-version, the bridge source and the compiler flags.  The Stan headers are precompiled once per
-toolchain and flag set (GCC precompiled header), which takes a cold model
-compile from ~45 s to ~15-25 s on two cores.
+version, the bridge source and the compiler flags.  The Stan headers are
+precompiled once per toolchain and flag set (GCC precompiled header), which
+takes a cold model compile from ~45 s to ~15-25 s on two cores.
 """
 
 from __future__ import annotations
