@@ -7,6 +7,7 @@ The public entry points are re-exported here:
 - :func:`penalty` and :func:`penalty_expfamily` are the private penalty
   samplers (Yıldırım 2020; Räisä 2021, Section 3.1);
 - :func:`mmd` and :func:`compare` put a private posterior next to a reference;
+- :func:`reference_fit` is the non-private yardstick: Stan's own NUTS;
 - :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
@@ -21,6 +22,7 @@ from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
 from stan_dp.diagnostics import compare, mmd  # noqa: E402
+from stan_dp.reference import reference_fit  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
@@ -39,4 +41,5 @@ __all__ = [
     "ExpFamilyModelError",
     "mmd",
     "compare",
+    "reference_fit",
 ]

@@ -7,11 +7,14 @@ argument (``cmdstan=``) or with the ``STAN_DP_CMDSTAN`` environment variable.
 
 A compiled model is one shared library holding the stanc-generated C++ and
 the project's bridge (``stan_dp/native/bridge.cpp``): the BridgeStan C ABI
-plus the per-row extension.  Libraries are cached under a key that hashes the
-Stan source, the files it ``#include``\\s, the toolchain version, the bridge
-source and the compiler flags.  The Stan headers are precompiled once per
-toolchain and flag set (GCC precompiled header), which takes a cold model
-compile from ~45 s to ~15-25 s on two cores.
+plus the per-row extension.  The ``"reference"`` variant of a model (built
+only when a non-private reference fit asks for it) adds Stan's NUTS service
+(``stan_dp/native/services.cpp``, compiled once per toolchain into an object
+file) and is cached under its own key.  Libraries are cached under a key
+that hashes the Stan source, the files it ``#include``\\s, the toolchain
+version, the bridge source and the compiler flags.  The Stan headers are
+precompiled once per toolchain and flag set (GCC precompiled header), which
+takes a cold model compile from ~45 s to ~15-25 s on two cores.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ logger = logging.getLogger(__name__)
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 BRIDGE_SOURCE = NATIVE_DIR / "bridge.cpp"
 PCH_SOURCE = NATIVE_DIR / "stan_dp_pch.hpp"
+SERVICES_SOURCE = NATIVE_DIR / "services.cpp"
+
+#: Library variants: the default (bridge) and "reference" (bridge + Stan's NUTS service).
+VARIANTS: tuple[str, ...] = ("default", "reference")
 
 #: Compiler flags shared by the precompiled header and every model.
 BASE_FLAGS: tuple[str, ...] = (
@@ -343,20 +350,24 @@ def cache_key(
     stanc_args: Sequence[str] = (),
     toolchain: Toolchain | None = None,
     cxx: str | None = None,
+    variant: str = "default",
 ) -> str:
     """The cache key of a model library.
 
     It hashes the Stan source, every file it ``#include``\\s, the stanc
     arguments, the toolchain version, the compiler, the compiler flags, the
     bridge and precompiled-header sources and the stan_dp version: a change
-    to any of them gives a new library.
+    to any of them gives a new library.  The ``"reference"`` variant's key
+    hashes the default key with the services source, so the default key
+    does not depend on the services at all.
     """
+    _check_variant(variant)
     stan_path = Path(stan_file).expanduser().resolve()
     tc = toolchain if toolchain is not None else find_toolchain()
     cxx = cxx if cxx is not None else _compiler()
     stanc_args = tuple(str(a) for a in stanc_args)
     included = _included_files(stan_path, stanc_args)
-    return _digest(
+    key = _digest(
         stan_path.read_bytes(),
         *[p.read_bytes() for p in included],
         " ".join(stanc_args).encode(),
@@ -368,6 +379,49 @@ def cache_key(
         __version__.encode(),
         _model_name(stan_path).encode(),
     )[:24]
+    if variant == "default":
+        return key
+    return _digest(key.encode(), variant.encode(), SERVICES_SOURCE.read_bytes())[:24]
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+
+
+def ensure_services_object(tc: Toolchain, cache_dir: Path, cxx: str) -> Path:
+    """Build (once per toolchain and flags) and return ``services.o``.
+
+    The services source includes no model, so one object serves every
+    reference library.
+    """
+    pch_dir = ensure_precompiled_header(tc, cache_dir, cxx)
+    key = _digest(
+        tc.version.encode(),
+        _compiler_id(cxx).encode(),
+        " ".join(BASE_FLAGS).encode(),
+        PCH_SOURCE.read_bytes(),
+        SERVICES_SOURCE.read_bytes(),
+        b"pch" if pch_dir is not None else b"no-pch",
+    )[:16]
+    obj = cache_dir / "services" / key / "services.o"
+    if obj.exists():
+        return obj
+    with _file_lock(cache_dir / "services" / f"{key}.lock"):
+        if obj.exists():
+            return obj
+        logger.info("compiling Stan's NUTS service (once per toolchain, ~1 min)")
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=obj.parent) as tmpdir:
+            out = Path(tmpdir) / obj.name
+            _run(
+                [cxx, *BASE_FLAGS, "-c", *_include_flags(tc),
+                 "-include", (pch_dir or NATIVE_DIR) / "stan_dp_pch.hpp", "-Winvalid-pch",
+                 SERVICES_SOURCE, "-o", out],
+                "compiling the NUTS service",
+            )
+            os.replace(out, obj)
+    return obj
 
 
 def compile_model(
@@ -376,6 +430,7 @@ def compile_model(
     stanc_args: Sequence[str] = (),
     cache_dir: str | os.PathLike[str] | None = None,
     cmdstan: str | os.PathLike[str] | None = None,
+    variant: str = "default",
 ) -> Path:
     """Compile a Stan program into a stan_dp model library, or reuse the cache.
 
@@ -390,6 +445,10 @@ def compile_model(
     cmdstan : path, optional
         Use this CmdStan installation instead of the httpstan wheel (the
         ``STAN_DP_CMDSTAN`` environment variable does the same).
+    variant : {"default", "reference"}, optional
+        ``"reference"`` also links Stan's NUTS service (``sdp_nuts``, used by
+        :func:`stan_dp.reference_fit`); it is a separate library with its
+        own cache key, built only when asked for.
 
     Returns
     -------
@@ -412,15 +471,17 @@ def compile_model(
         raise FileNotFoundError(f"Stan file not found: {stan_file}")
     if stan_path.suffix != ".stan":
         raise ValueError(f"expected a .stan file, got {stan_file}")
+    _check_variant(variant)
     stanc_args = tuple(str(a) for a in stanc_args)
     tc = find_toolchain(cmdstan)
     cxx = _compiler()
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     name = _model_name(stan_path)
 
-    key = cache_key(stan_path, stanc_args=stanc_args, toolchain=tc, cxx=cxx)
+    key = cache_key(stan_path, stanc_args=stanc_args, toolchain=tc, cxx=cxx, variant=variant)
     model_dir = cache / "models" / key
-    lib = model_dir / f"{stan_path.stem}.so"
+    suffix = "" if variant == "default" else f"_{variant}"
+    lib = model_dir / f"{stan_path.stem}{suffix}.so"
     if lib.exists():
         return lib
 
@@ -445,6 +506,9 @@ def compile_model(
             if stanc.stderr.strip():
                 logger.warning("stanc: %s", stanc.stderr.strip())
             pch_dir = ensure_precompiled_header(tc, cache, cxx)
+            extra_objects = (
+                [ensure_services_object(tc, cache, cxx)] if variant == "reference" else []
+            )
             force_include = (pch_dir or NATIVE_DIR) / "stan_dp_pch.hpp"
             out = tmp / lib.name
             _run(
@@ -452,7 +516,7 @@ def compile_model(
                  "-include", force_include, "-Winvalid-pch",
                  f'-DSTAN_DP_MODEL_HPP="{hpp}"',
                  f'-DSTAN_DP_VERSION="{__version__}"',
-                 BRIDGE_SOURCE, "-o", out,
+                 BRIDGE_SOURCE, *extra_objects, "-o", out,
                  f"-L{tc.tbb_lib_dir}", "-ltbb", f"-Wl,-rpath,{tc.tbb_lib_dir}"],
                 f"compiling {stan_path.name}",
             )

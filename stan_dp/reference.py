@@ -1,0 +1,384 @@
+"""Non-private reference fits: Stan's own NUTS on the full data.
+
+A private posterior is judged by putting it next to the non-private fit of
+the same model and data.  :func:`reference_fit` runs Stan's adaptive NUTS
+(diagonal metric, CmdStan's defaults) and returns ArviZ ``InferenceData``
+with the same variable names and shapes as the private samplers' output.
+
+Two backends give the same kind of object:
+
+- ``"cmdstan"``: CmdStan through ``cmdstanpy``, converted with ArviZ's
+  ``from_cmdstanpy``; used when a CmdStan installation is found
+  (``STAN_DP_CMDSTAN`` or cmdstanpy's own discovery).
+- ``"offline"``: Stan's NUTS service (``stan::services::sample::
+  hmc_nuts_diag_e_adapt``, the function CmdStan calls) compiled into a
+  "reference" variant of the stan_dp model library with the toolchain the
+  package already ships (the ``httpstan`` wheel); no CmdStan, no network.
+
+THE OUTPUT IS NOT PRIVATE: it is computed from the raw data without any
+privacy mechanism, and is meant as a yardstick only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stan_dp.data import load_data
+from stan_dp.output import build_inference_data, netcdf_safe_attrs
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["reference_fit", "BACKENDS", "cmdstan_available"]
+
+#: Accepted values of ``backend``.
+BACKENDS: tuple[str, ...] = ("auto", "cmdstan", "offline")
+
+#: Stan's sampler columns -> ArviZ ``sample_stats`` names (as ``from_cmdstanpy``) and dtypes.
+SAMPLE_STATS: dict[str, tuple[str, type]] = {
+    "lp__": ("lp", float),
+    "accept_stat__": ("acceptance_rate", float),
+    "stepsize__": ("step_size", float),
+    "treedepth__": ("tree_depth", np.int64),
+    "n_leapfrog__": ("n_steps", np.int64),
+    "divergent__": ("diverging", bool),
+    "energy__": ("energy", float),
+}
+
+_MAX_SEED = 2**32 - 1
+
+
+def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _check_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be None or an integer, got {seed!r}")
+    if not 0 <= seed <= _MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**32 - 1] (Stan's seed range), got {seed}")
+    return int(seed)
+
+
+def _stan_file(model: Any) -> Path:
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be the path of a .stan file, not {type(model).__name__}")
+    path = Path(model).expanduser()
+    if path.suffix != ".stan":
+        raise ValueError(f"model must be a .stan file, got {model}")
+    if not path.is_file():
+        raise FileNotFoundError(f"Stan file not found: {model}")
+    return path.resolve()
+
+
+def _check_scalar_data(stan_path: Path, values: Mapping[str, Any]) -> None:
+    """Refuse data lacking a scalar the program declares, before any compilation.
+
+    Arrays are left to Stan (a zero-size array may be omitted); its message
+    names the variable too.  Skipped quietly if stanc is unavailable.
+    """
+    from stan_dp.toolchain import ToolchainError, find_toolchain
+
+    try:
+        stanc = find_toolchain().stanc
+        proc = subprocess.run([str(stanc), "--info", str(stan_path)],
+                              capture_output=True, text=True, timeout=60)
+        inputs = json.loads(proc.stdout)["inputs"] if proc.returncode == 0 else {}
+    except (ToolchainError, OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+        return
+    missing = [n for n, info in inputs.items()
+               if info.get("dimensions") == 0 and n not in values]
+    if missing:
+        raise ValueError(
+            f"the data lack {', '.join(map(repr, missing))}, declared in the data "
+            f"block of {stan_path.name}"
+        )
+
+
+def cmdstan_available() -> bool:
+    """Whether cmdstanpy finds a CmdStan installation.
+
+    ``STAN_DP_CMDSTAN``, when set, is handed to ``cmdstanpy.set_cmdstan_path``.
+    """
+    try:
+        import cmdstanpy
+    except ImportError:
+        return False
+    env = os.environ.get("STAN_DP_CMDSTAN")
+    try:
+        if env:
+            cmdstanpy.set_cmdstan_path(env)
+        cmdstanpy.cmdstan_path()
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _choose_backend(backend: str) -> str:
+    if backend == "offline":
+        return "offline"
+    if cmdstan_available():
+        return "cmdstan"
+    if backend == "cmdstan":
+        raise RuntimeError(
+            "backend='cmdstan' but no CmdStan installation was found: install it with "
+            "cmdstanpy.install_cmdstan(), set STAN_DP_CMDSTAN to its directory, or use "
+            "backend='offline'"
+        )
+    return "offline"
+
+
+def columns_to_groups(
+    names: list[str], values: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Split Stan's output columns into model variables and sampler statistics.
+
+    Parameters
+    ----------
+    names : list of str
+        Stan's column names (``lp__``, ..., ``beta.1``, ...).
+    values : ndarray, shape (chains, iterations, len(names))
+
+    Returns
+    -------
+    (dict, dict)
+        ``name -> (chains, iterations, *shape)`` for the model's variables
+        (Stan's column-major layout, as :mod:`stan_dp.params`) and for the
+        sampler statistics under their ArviZ names.
+    """
+    import stanio
+
+    variables = stanio.parse_header(",".join(names))
+    draws: dict[str, np.ndarray] = {}
+    stats: dict[str, np.ndarray] = {}
+    for name, var in variables.items():
+        array = var.extract_reshape(values)
+        if name in SAMPLE_STATS:
+            arviz_name, dtype = SAMPLE_STATS[name]
+            stats[arviz_name] = array.astype(dtype)
+        elif not name.endswith("__"):
+            draws[name] = array
+    return draws, stats
+
+
+def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seeded: bool,
+           chains: int, draws: int, warmup: int, adapt_delta: float,
+           max_treedepth: int) -> dict[str, Any]:
+    from stan_dp import __version__
+
+    return {
+        "backend": backend,
+        "sampler": "nuts",
+        "private": False,
+        "stan_version": stan_version,
+        "model": stan_path.name,
+        "seed": seed,
+        "seeded": seeded,
+        "chains": chains,
+        "draws": draws,
+        "warmup": warmup,
+        "adapt_delta": adapt_delta,
+        "max_treedepth": max_treedepth,
+        "stan_dp_version": __version__,
+    }
+
+
+def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, chains: int,
+                 draws: int, warmup: int, adapt_delta: float, max_treedepth: int,
+                 parallel_chains: int, progress: bool, cache_dir: Any) -> Any:
+    from stan_dp.inference import _Progress
+    from stan_dp.native import nuts
+    from stan_dp.toolchain import compile_model
+
+    library = compile_model(stan_path, variant="reference", cache_dir=cache_dir)
+    lib = nuts.load(library)
+    bar = _Progress(chains * (warmup + draws), progress, "reference NUTS")
+    done = [0]
+
+    def on_progress(total: int) -> None:
+        bar.update(total - done[0])
+        done[0] = total
+
+    try:
+        out = nuts.run_nuts(
+            lib, data_json, seed=seed, chains=chains, warmup=warmup, draws=draws,
+            settings=nuts.NutsSettings(delta=adapt_delta, max_depth=max_treedepth),
+            threads=parallel_chains, on_progress=on_progress,
+        )
+    except nuts.NutsDataError as exc:
+        raise ValueError(f"the data do not fit {stan_path.name}: {exc}") from None
+    finally:
+        bar.close()
+    for line in out.messages.splitlines():
+        logger.debug("%s", line)
+    posterior, stats = columns_to_groups(out.names, out.values)
+    attrs = _attrs(backend="offline", stan_version=nuts.stan_version(lib), stan_path=stan_path,
+                   seed=seed, seeded=seeded, chains=chains, draws=draws, warmup=warmup,
+                   adapt_delta=adapt_delta, max_treedepth=max_treedepth)
+    return build_inference_data(posterior, stats, warmup=warmup, attrs=attrs)
+
+
+def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains: int,
+                 draws: int, warmup: int, adapt_delta: float, max_treedepth: int,
+                 parallel_chains: int, progress: bool) -> Any:
+    import cmdstanpy
+
+    from stan_dp.output import _import_arviz
+
+    az = _import_arviz()
+    try:
+        model = cmdstanpy.CmdStanModel(stan_file=str(stan_path))
+        fit = model.sample(
+            data=data, chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
+            save_warmup=warmup > 0, adapt_delta=adapt_delta, max_treedepth=max_treedepth,
+            parallel_chains=parallel_chains, show_progress=progress,
+        )
+    except RuntimeError as exc:
+        raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}") from exc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        idata = az.from_cmdstanpy(posterior=fit, save_warmup=warmup > 0)
+    major, minor = cmdstanpy.cmdstan_version() or ("?", "?")
+    attrs = netcdf_safe_attrs(_attrs(
+        backend="cmdstan", stan_version=f"{major}.{minor}", stan_path=stan_path, seed=seed,
+        seeded=seeded, chains=chains, draws=draws, warmup=warmup, adapt_delta=adapt_delta,
+        max_treedepth=max_treedepth))
+    idata.attrs.update(attrs)
+    for group in idata.groups():
+        idata[group].attrs.update(attrs)
+    return idata
+
+
+def reference_fit(
+    model: str | os.PathLike[str],
+    data: Mapping[str, Any] | str | os.PathLike[str] | None,
+    *,
+    chains: int = 4,
+    draws: int = 1000,
+    warmup: int = 1000,
+    seed: int | None = None,
+    backend: str = "auto",
+    adapt_delta: float = 0.8,
+    max_treedepth: int = 10,
+    parallel_chains: int | None = None,
+    progress: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+):
+    """Fit a Stan model to the full data with Stan's NUTS (NOT private).
+
+    The non-private yardstick for private fits: Stan's adaptive NUTS with a
+    diagonal metric and CmdStan's defaults, chain ``k`` with chain id ``k``
+    and the one ``seed`` (Stan derives each chain's random stream from seed
+    and chain id, as CmdStan does).
+
+    Parameters
+    ----------
+    model : str or path
+        A ``.stan`` program.
+    data : mapping, str or path, or None
+        Variable name to value, or the path of a JSON data file.
+    chains : int
+        Number of chains.
+    draws : int
+        Post-warm-up draws per chain.
+    warmup : int
+        Warm-up (adaptation) iterations per chain; kept in the
+        ``warmup_posterior`` and ``warmup_sample_stats`` groups.
+    seed : int, optional
+        Stan's seed, ``0 <= seed < 2**32``; ``None`` draws one from OS entropy.
+        The seed used is recorded in ``attrs["seed"]`` (and ``attrs["seeded"]``
+        says whether the caller fixed it).
+    backend : {"auto", "cmdstan", "offline"}
+        ``"auto"`` uses CmdStan (through cmdstanpy) when an installation is
+        found and the offline NUTS service otherwise; the other two force
+        one and raise if it is unavailable.
+    adapt_delta : float
+        Target acceptance statistic of step-size adaptation, in (0, 1).
+    max_treedepth : int
+        Maximum NUTS tree depth.
+    parallel_chains : int, optional
+        Chains run at the same time; default ``min(chains, os.cpu_count())``.
+        Results do not depend on it.
+    progress : bool
+        Show a progress bar.
+    cache_dir : path, optional
+        Cache for the compiled library (offline backend).
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior`` (every parameter, transformed parameter and generated
+        quantity with Stan's names and shapes, e.g. ``beta`` with shape
+        ``(chain, draw, D)``), ``sample_stats`` (``lp``, ``acceptance_rate``,
+        ``step_size``, ``tree_depth``, ``n_steps``, ``diverging``,
+        ``energy``), the warm-up groups, and ``attrs`` with ``backend``,
+        ``sampler="nuts"``, ``private=0``, ``stan_version``, ``seed``,
+        ``chains``, ``draws``, ``warmup``.  Saveable with ``to_netcdf``.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, or data that do not fit the model (the message names
+        the variable).
+    FileNotFoundError
+        Missing model or data file.
+    RuntimeError
+        ``backend="cmdstan"`` without CmdStan, or a failed run.
+    stan_dp.StanCompileError
+        The program does not compile.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    chains = _positive_int(chains, "chains")
+    draws = _positive_int(draws, "draws")
+    warmup = _positive_int(warmup, "warmup", minimum=0)
+    max_treedepth = _positive_int(max_treedepth, "max_treedepth")
+    if isinstance(adapt_delta, bool) or not isinstance(adapt_delta, (int, float, np.floating)) \
+            or not 0.0 < float(adapt_delta) < 1.0:
+        raise ValueError(f"adapt_delta must be a number in (0, 1), got {adapt_delta!r}")
+    adapt_delta = float(adapt_delta)
+    if parallel_chains is None:
+        parallel_chains = min(chains, os.cpu_count() or 1)
+    parallel_chains = _positive_int(parallel_chains, "parallel_chains")
+    fixed_seed = _check_seed(seed)
+    stan_path = _stan_file(model)
+    data_json, values = load_data(data)
+    _check_scalar_data(stan_path, values)
+
+    used_seed = fixed_seed if fixed_seed is not None else int(
+        np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
+    chosen = _choose_backend(backend)
+    settings = dict(seed=used_seed, seeded=fixed_seed is not None, chains=chains, draws=draws, warmup=warmup,
+                    adapt_delta=adapt_delta, max_treedepth=max_treedepth,
+                    parallel_chains=parallel_chains, progress=progress)
+    if chosen == "cmdstan":
+        cmdstan_data = str(Path(data).expanduser()) if isinstance(data, (str, os.PathLike)) \
+            else values
+        idata = _fit_cmdstan(stan_path, cmdstan_data, **settings)
+    else:
+        idata = _fit_offline(stan_path, data_json, cache_dir=cache_dir, **settings)
+    _warn_divergences(idata)
+    return idata
+
+
+def _warn_divergences(idata: Any) -> None:
+    diverging = np.asarray(idata.sample_stats["diverging"])
+    count = int(diverging.sum())
+    if count:
+        logger.warning(
+            "reference fit: %d of %d post-warm-up transitions diverged; consider a "
+            "higher adapt_delta or reparametrising the model", count, diverging.size)

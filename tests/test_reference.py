@@ -1,0 +1,300 @@
+"""Non-private reference fits (Stan's NUTS), offline backend; CmdStan when installed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import bundled, linear_data
+from stan_dp import reference_fit
+from stan_dp import reference as reference_module
+from stan_dp.toolchain import cache_key
+
+LINEAR = bundled("linear_regression")
+UNKNOWN_SCALE = bundled("linear_regression_unknown_scale")
+SHORT = dict(chains=2, draws=400, warmup=300)
+
+
+def _arviz():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz as az
+    return az
+
+
+def exact_linear_posterior(data: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of (alpha, beta) for linear_regression.stan.
+
+    Known sigma and independent N(0, s^2) priors on alpha and beta make the
+    posterior Gaussian: precision Z'Z / sigma^2 + I / s^2 and mean
+    precision^-1 Z'y / sigma^2, with Z = [1, X].
+    """
+    z = np.column_stack([np.ones(data["N"]), data["X"]])
+    precision = z.T @ z / data["sigma"] ** 2 + np.eye(z.shape[1]) / data["prior_scale"] ** 2
+    cov = np.linalg.inv(precision)
+    return cov @ z.T @ data["y"] / data["sigma"] ** 2, cov
+
+
+@pytest.fixture(scope="module")
+def linear_fit():
+    data = linear_data(n=100, d=2)
+    return data, reference_fit(LINEAR, data, chains=2, draws=1000, warmup=500, seed=11,
+                               backend="offline")
+
+
+def test_offline_nuts_matches_the_exact_gaussian_posterior(linear_fit):
+    az = _arviz()
+    data, idata = linear_fit
+    mean, cov = exact_linear_posterior(data)
+    sd = np.sqrt(np.diag(cov))
+    post = idata.posterior
+    assert post["alpha"].shape == (2, 1000)
+    assert post["beta"].shape == (2, 1000, 2)  # (chain, draw, D), as private fits
+    draws = np.column_stack([post["alpha"].values.reshape(-1),
+                             post["beta"].values.reshape(-1, 2)])
+    ess = az.ess(idata, var_names=["alpha", "beta"])
+    ess = np.concatenate([[float(ess["alpha"])], ess["beta"].values])
+    assert ess.min() > 300  # NUTS on a Gaussian mixes well; the bounds below need a real ESS
+    # Monte Carlo errors from the effective sample size: sd(mean) = sd / sqrt(ESS),
+    # sd(sample sd) ~= sd / sqrt(2 ESS) for a Gaussian.  4 Monte Carlo sds on each of
+    # 6 checks: a false failure has probability < 1e-3.
+    assert np.all(np.abs(draws.mean(axis=0) - mean) < 4 * sd / np.sqrt(ess))
+    assert np.all(np.abs(draws.std(axis=0, ddof=1) - sd) < 4 * sd / np.sqrt(2 * ess))
+    # The correlation of the betas too (a wrong metric or data layout shows here).
+    rho_exact = cov[1, 2] / (sd[1] * sd[2])
+    rho = np.corrcoef(draws[:, 1], draws[:, 2])[0, 1]
+    assert abs(rho - rho_exact) < 4 * (1 - rho_exact**2) / np.sqrt(ess[1:].min())
+
+
+def test_fit_records_backend_and_stan_sample_stats(linear_fit):
+    _, idata = linear_fit
+    attrs = idata.attrs
+    assert attrs["backend"] == "offline" and attrs["sampler"] == "nuts"
+    assert attrs["private"] == 0 and attrs["seed"] == 11 and attrs["seeded"] == 1
+    assert (attrs["chains"], attrs["draws"], attrs["warmup"]) == (2, 1000, 500)
+    assert attrs["stan_version"].startswith("2.")
+    assert idata.posterior.attrs["backend"] == "offline"
+    stats = idata.sample_stats
+    assert set(stats.data_vars) == {"lp", "acceptance_rate", "step_size", "tree_depth",
+                                    "n_steps", "diverging", "energy"}
+    assert stats["diverging"].dtype == bool and not stats["diverging"].any()
+    assert np.all(stats["n_steps"] >= 1) and np.all(stats["tree_depth"] <= 10)
+    assert np.all((stats["acceptance_rate"] >= 0) & (stats["acceptance_rate"] <= 1))
+    # NUTS doubles the trajectory per level; Stan counts a level only once its
+    # subtree completes without a U-turn, so n_leapfrog <= 2^(treedepth + 1) - 1.
+    assert np.all(stats["n_steps"] <= 2 ** (stats["tree_depth"] + 1) - 1)
+    # Step size is fixed after adaptation: one value per chain.
+    assert np.all(stats["step_size"].min("draw") == stats["step_size"].max("draw"))
+    assert idata.warmup_posterior["beta"].shape == (2, 500, 2)
+    assert idata.warmup_sample_stats["lp"].shape == (2, 500)
+
+
+def test_lp_is_the_log_density_of_the_draws(linear_fit):
+    # Stan's lp__ (propto, Jacobian) of the exact Gaussian equals
+    # -0.5 (theta - m)' P (theta - m) + const: differences between draws must match.
+    data, idata = linear_fit
+    mean, cov = exact_linear_posterior(data)
+    theta = np.column_stack([idata.posterior["alpha"].values.reshape(-1),
+                             idata.posterior["beta"].values.reshape(-1, 2)])
+    dev = theta - mean
+    quad = -0.5 * np.einsum("ij,jk,ik->i", dev, np.linalg.inv(cov), dev)
+    lp = idata.sample_stats["lp"].values.reshape(-1)
+    np.testing.assert_allclose(lp - lp[0], quad - quad[0], atol=1e-6)
+
+
+def test_constrained_parameter_model_gives_positive_scale():
+    data = linear_data(n=100, d=2, unknown_scale=True)
+    idata = reference_fit(UNKNOWN_SCALE, data, seed=3, backend="offline", **SHORT)
+    sigma = idata.posterior["sigma"].values
+    assert sigma.shape == (2, 400) and np.all(sigma > 0)
+    # Independent oracle: with n = 100 and weak priors the posterior of sigma sits
+    # at the least-squares residual scale (its sd is ~ sigma / sqrt(2n) ~= 0.1).
+    z = np.column_stack([np.ones(100), data["X"]])
+    resid = data["y"] - z @ np.linalg.lstsq(z, data["y"], rcond=None)[0]
+    sigma_hat = np.sqrt(resid @ resid / (100 - 3))
+    assert abs(sigma.mean() - sigma_hat) < 3 * sigma.std()
+
+
+def test_fixed_seed_reproduces_and_chains_differ():
+    data = linear_data(n=50, d=2)
+    a = reference_fit(LINEAR, data, seed=5, backend="offline", parallel_chains=2, **SHORT)
+    b = reference_fit(LINEAR, data, seed=5, backend="offline", parallel_chains=1, **SHORT)
+    c = reference_fit(LINEAR, data, seed=6, backend="offline", **SHORT)
+    beta_a = a.posterior["beta"].values
+    # Same seed: bit-identical, whether the chains ran in parallel or one by one.
+    np.testing.assert_array_equal(beta_a, b.posterior["beta"].values)
+    np.testing.assert_array_equal(a.sample_stats["lp"].values, b.sample_stats["lp"].values)
+    assert not np.array_equal(beta_a[0], beta_a[1])  # each chain has its own stream
+    assert not np.array_equal(beta_a, c.posterior["beta"].values)
+
+
+def test_seed_none_draws_fresh_entropy():
+    data = linear_data(n=20, d=1)
+    fits = [reference_fit(LINEAR, data, chains=1, draws=20, warmup=20, backend="offline")
+            for _ in range(2)]
+    assert fits[0].attrs["seeded"] == 0
+    assert fits[0].attrs["seed"] != fits[1].attrs["seed"]
+    assert not np.array_equal(fits[0].posterior["alpha"], fits[1].posterior["alpha"])
+
+
+def test_data_from_a_json_file_and_netcdf_round_trip(tmp_path):
+    az = _arviz()
+    data = linear_data(n=30, d=2)
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in data.items()}))
+    from_file = reference_fit(str(LINEAR), path, seed=8, backend="offline", **SHORT)
+    from_dict = reference_fit(LINEAR, data, seed=8, backend="offline", **SHORT)
+    np.testing.assert_array_equal(from_file.posterior["beta"], from_dict.posterior["beta"])
+
+    out = tmp_path / "ref.nc"
+    from_file.to_netcdf(str(out))
+    back = az.from_netcdf(str(out))
+    np.testing.assert_array_equal(back.posterior["beta"], from_file.posterior["beta"])
+    np.testing.assert_array_equal(back.sample_stats["diverging"],
+                                  from_file.sample_stats["diverging"])
+    assert back.attrs["backend"] == "offline" and back.attrs["seed"] == 8
+    assert "warmup_posterior" in back.groups()
+
+
+def test_interrupt_stops_the_chains(caplog):
+    # on_progress runs in the calling thread where Ctrl-C would arrive.
+    from stan_dp.native import nuts
+    from stan_dp.toolchain import compile_model
+
+    lib = nuts.load(compile_model(LINEAR, variant="reference"))
+
+    def interrupt(done: int) -> None:
+        raise KeyboardInterrupt
+
+    data_json = json.dumps({k: np.asarray(v).tolist() for k, v in linear_data(n=20).items()})
+    total = 2 * 300_000
+    with caplog.at_level(logging.WARNING, logger="stan_dp.native.nuts"):
+        with pytest.raises(KeyboardInterrupt):
+            nuts.run_nuts(lib, data_json, seed=1, chains=2, warmup=0, draws=300_000,
+                          settings=nuts.NutsSettings(), threads=2, on_progress=interrupt)
+    (record,) = [r for r in caplog.records if "interrupted" in r.message]
+    done = int(record.message.split("after ")[1].split(" of")[0])
+    assert done < total
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(backend="pystan"), "backend must be one of"),
+        (dict(chains=0), "chains must be at least 1"),
+        (dict(chains=2.0), "chains must be an integer"),
+        (dict(draws=0), "draws must be at least 1"),
+        (dict(warmup=-1), "warmup must be at least 0"),
+        (dict(seed=-1), "seed must be in"),
+        (dict(seed=2**32), "seed must be in"),
+        (dict(seed="1"), "seed must be None or an integer"),
+        (dict(adapt_delta=1.0), "adapt_delta must be a number in"),
+        (dict(max_treedepth=0), "max_treedepth must be at least 1"),
+        (dict(parallel_chains=0), "parallel_chains must be at least 1"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        reference_fit(LINEAR, linear_data(n=10), **kwargs)
+
+
+def test_bad_model_and_data_are_refused(tmp_path):
+    data = linear_data(n=10)
+    with pytest.raises(FileNotFoundError, match="Stan file not found"):
+        reference_fit(tmp_path / "nope.stan", data)
+    with pytest.raises(ValueError, match="must be a .stan file"):
+        reference_fit(tmp_path / "model.so", data)
+    with pytest.raises(FileNotFoundError, match="data file not found"):
+        reference_fit(LINEAR, tmp_path / "nope.json")
+    missing_scalar = {k: v for k, v in data.items() if k != "sigma"}
+    with pytest.raises(ValueError, match="lack 'sigma'"):
+        reference_fit(LINEAR, missing_scalar, backend="offline")
+    # Left to Stan (arrays may legitimately be absent when empty): still a ValueError
+    # that names the variable.
+    missing_array = {k: v for k, v in data.items() if k != "X"}
+    with pytest.raises(ValueError, match="variable name=X"):
+        reference_fit(LINEAR, missing_array, backend="offline", **SHORT)
+    wrong_size = dict(data, y=np.zeros(9))
+    with pytest.raises(ValueError, match=r"variable name=y; .*dims found=\(9\)"):
+        reference_fit(LINEAR, wrong_size, backend="offline", **SHORT)
+    with pytest.raises(ValueError, match="sigma is -1"):
+        reference_fit(LINEAR, dict(data, sigma=-1.0), backend="offline", **SHORT)
+
+
+def test_backend_choice_without_cmdstan(monkeypatch):
+    monkeypatch.setattr(reference_module, "cmdstan_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CmdStan installation"):
+        reference_fit(LINEAR, linear_data(n=10), backend="cmdstan")
+    idata = reference_fit(LINEAR, linear_data(n=10), backend="auto", seed=1,
+                          chains=1, draws=10, warmup=10)
+    assert idata.attrs["backend"] == "offline"
+
+
+def test_reference_variant_has_its_own_cache_key(tmp_path, monkeypatch):
+    from stan_dp import toolchain
+
+    default = cache_key(LINEAR)
+    reference = cache_key(LINEAR, variant="reference")
+    assert reference != default
+    other = tmp_path / "services.cpp"
+    other.write_text("// another services source\n")
+    monkeypatch.setattr(toolchain, "SERVICES_SOURCE", other)
+    # Existing libraries do not depend on the services source; reference ones do.
+    assert cache_key(LINEAR) == default
+    assert cache_key(LINEAR, variant="reference") != reference
+    with pytest.raises(ValueError, match="variant must be one of"):
+        cache_key(LINEAR, variant="fast")
+
+
+def test_cmdstan_backend_wiring(monkeypatch):
+    # Without CmdStan: a stand-in for cmdstanpy checks that the call binds to the
+    # real CmdStanModel.sample signature, and that the result gets our attrs.
+    import inspect
+
+    import cmdstanpy
+
+    calls = {}
+
+    class FakeModel:
+        def __init__(self, stan_file):
+            calls["stan_file"] = stan_file
+
+        def sample(self, **kwargs):
+            inspect.signature(cmdstanpy.CmdStanModel.sample).bind(None, **kwargs)
+            calls.update(kwargs)
+            return "fit"
+
+    offline = reference_fit(LINEAR, linear_data(n=10), seed=2, chains=1, draws=10, warmup=10)
+    az = _arviz()
+    monkeypatch.setattr(reference_module, "cmdstan_available", lambda: True)
+    monkeypatch.setattr(cmdstanpy, "CmdStanModel", FakeModel)
+    monkeypatch.setattr(cmdstanpy, "cmdstan_version", lambda: (2, 36))
+    monkeypatch.setattr(az, "from_cmdstanpy", lambda posterior, save_warmup: offline)
+    idata = reference_fit(LINEAR, linear_data(n=10), seed=2, chains=3, draws=7, warmup=5,
+                          adapt_delta=0.9, max_treedepth=8)
+    assert calls["stan_file"] == str(LINEAR)
+    assert (calls["chains"], calls["iter_sampling"], calls["iter_warmup"]) == (3, 7, 5)
+    assert (calls["seed"], calls["adapt_delta"], calls["max_treedepth"]) == (2, 0.9, 8)
+    assert calls["data"]["N"] == 10 and calls["save_warmup"] is True
+    assert idata.attrs["backend"] == "cmdstan" and idata.attrs["stan_version"] == "2.36"
+    assert idata.posterior.attrs["backend"] == "cmdstan"
+
+
+@pytest.mark.skipif(not reference_module.cmdstan_available(), reason="CmdStan not installed")
+def test_cmdstan_backend_agrees_with_the_exact_posterior():
+    data = linear_data(n=100, d=2)
+    idata = reference_fit(LINEAR, data, chains=2, draws=1000, warmup=500, seed=11,
+                          backend="cmdstan")
+    assert idata.attrs["backend"] == "cmdstan" and idata.attrs["sampler"] == "nuts"
+    assert idata.posterior["beta"].shape == (2, 1000, 2)
+    assert {"lp", "acceptance_rate", "step_size", "tree_depth", "n_steps", "diverging",
+            "energy"} <= set(idata.sample_stats.data_vars)
+    mean, cov = exact_linear_posterior(data)
+    beta = idata.posterior["beta"].values.reshape(-1, 2)
+    ess = _arviz().ess(idata, var_names=["beta"])["beta"].values
+    # Same bound as the offline test (4 Monte Carlo sds from the ESS).
+    assert np.all(np.abs(beta.mean(axis=0) - mean[1:]) < 4 * np.sqrt(np.diag(cov)[1:] / ess))
