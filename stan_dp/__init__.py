@@ -8,6 +8,7 @@ The public entry points are re-exported here:
   samplers (Yıldırım 2020; Räisä 2021, Section 3.1);
 - :func:`mmd` and :func:`compare` put a private posterior next to a reference;
 - :func:`reference_fit` is the non-private yardstick: Stan's own NUTS;
+- :func:`hmc` is private HMC with clipped noisy gradients (Räisä 2021, Alg. 3);
 - :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
@@ -20,6 +21,7 @@ from stan_dp.toolchain import StanCompileError, ToolchainError, compile_model  #
 from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
 from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
+from stan_dp.samplers.hmc import hmc  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
 from stan_dp.diagnostics import compare, mmd  # noqa: E402
 from stan_dp.reference import reference_fit  # noqa: E402
@@ -37,6 +39,7 @@ __all__ = [
     "PrivacyBudgetError",
     "penalty",
     "penalty_expfamily",
+    "hmc",
     "StanExpFamilyModel",
     "ExpFamilyModelError",
     "mmd",

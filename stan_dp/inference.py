@@ -91,8 +91,12 @@ class SamplerSpec:
         mechanism outputs or data-independent).
     nonprivate_stats : tuple of str
         ``info`` fields derived from raw data; released only on opt-in.
-    once : sequence of Release
-        Releases made once per run (none for penalty).
+    once : sequence of Release, or callable
+        Releases made once per chain (none for penalty).  A callable
+        ``z -> list[Release]`` (linear in ``z``, like ``plan``) is evaluated at
+        the resolved noise multiplier, so one-off releases whose noise follows
+        the calibrated scale (DP HMC's initial gradient) are accounted at the
+        scale actually used.
     attrs : mapping
         Extra sampler-specific attributes.
     attrs_for : callable, optional
@@ -107,7 +111,7 @@ class SamplerSpec:
     position: Callable[[Any], np.ndarray]
     stats: tuple[str, ...]
     nonprivate_stats: tuple[str, ...] = ()
-    once: Sequence[Release] = ()
+    once: Sequence[Release] | Callable[[float], Sequence[Release]] = ()
     attrs: Mapping[str, Any] = field(default_factory=dict)
     attrs_for: Callable[["BudgetPlan"], Mapping[str, Any]] | None = None
 
@@ -179,7 +183,7 @@ def resolve_budget(
     noise: float | None,
     warmup: int,
     chains: int,
-    once: Sequence[Release] = (),
+    once: Sequence[Release] | Callable[[float], Sequence[Release]] = (),
 ) -> BudgetPlan:
     """Turn (iterations, noise) into a run that fits the budget, or refuse.
 
@@ -189,20 +193,27 @@ def resolve_budget(
     * ``noise`` only: the most post-warm-up iterations that fit.
     * both: the run must fit.
 
+    ``once`` is either a fixed sequence or a callable ``z -> list[Release]``
+    linear in ``z`` (evaluated at the resolved multiplier for the fit and the
+    reported epsilon, at ``z = 1`` for calibration, which scales it).
+
     Raises
     ------
     PrivacyBudgetError
         If the requested run does not fit.
     """
+    def once_at(z: float) -> tuple[Release, ...]:
+        return tuple(once(z)) if callable(once) else tuple(once)
+
     if noise is None:
         its = DEFAULT_ITERATIONS if iterations is None else iterations
         total = warmup + its
-        z = float(budget.calibrate(list(plan(1.0)), total, chains=chains, once=tuple(once)))
+        z = float(budget.calibrate(list(plan(1.0)), total, chains=chains, once=once_at(1.0)))
         if not (np.isfinite(z) and z > 0):
             raise PrivacyBudgetError(f"calibration returned an invalid noise multiplier {z!r}")
     else:
         z = float(noise)
-        max_total = int(budget.max_iterations(list(plan(z)), chains=chains, once=tuple(once)))
+        max_total = int(budget.max_iterations(list(plan(z)), chains=chains, once=once_at(z)))
         if iterations is None:
             its = max_total - warmup
             if its < 1:
@@ -220,8 +231,8 @@ def resolve_budget(
                 )
         total = warmup + its
     plan_z = list(plan(z))
-    spent = float(budget.epsilon_spent(plan_z, total, chains=chains, once=tuple(once)))
-    return BudgetPlan(its, z, spent, str(budget.accountant(plan_z, once=tuple(once))))
+    spent = float(budget.epsilon_spent(plan_z, total, chains=chains, once=once_at(z)))
+    return BudgetPlan(its, z, spent, str(budget.accountant(plan_z, once=once_at(z))))
 
 
 INIT_RADIUS = 2.0
