@@ -6,6 +6,8 @@ The public entry points are re-exported here:
 - :class:`RowModel` gives per-row log-likelihoods and gradients;
 - :func:`penalty` and :func:`penalty_expfamily` are the private penalty
   samplers (Yıldırım 2020; Räisä 2021, Section 3.1);
+- :func:`subsampled_penalty` and :func:`barker` are the minibatch private
+  samplers (Räisä 2021, Sections 4.1 and 3.2);
 - :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
@@ -18,6 +20,8 @@ from stan_dp.toolchain import StanCompileError, ToolchainError, compile_model  #
 from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
 from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
+from stan_dp.samplers.subsampled import subsampled_penalty  # noqa: E402
+from stan_dp.samplers.barker import barker  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
@@ -33,6 +37,8 @@ __all__ = [
     "PrivacyBudgetError",
     "penalty",
     "penalty_expfamily",
+    "subsampled_penalty",
+    "barker",
     "StanExpFamilyModel",
     "ExpFamilyModelError",
 ]
