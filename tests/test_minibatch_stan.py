@@ -77,7 +77,7 @@ def test_barker_on_stan_targets_the_tempered_posterior(linear):
     mean, sd = tempered_posterior(data, n0 / N)
     with pytest.warns(PrivacyWarning):
         fit = stan_dp.barker(
-            model, epsilon=1e6, delta=1e-5, batch_size=200, iterations=1500, step_size=1.2 * sd,
+            model, epsilon=1e6, delta=1e-5, batch_size=200, iterations=2000, step_size=1.2 * sd,
             proposal="component", n0=n0, chains=4, warmup=200, init=mean, seed=6, progress=False,
             release_nonprivate=("clip_fraction",),
         )
