@@ -185,3 +185,30 @@ def test_refusals_before_the_data_is_touched(kwargs, exc, match):
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         stan_dp.barker(model, **args)
+
+
+def test_driver_refuses_a_noise_multiplier_for_a_curve_accounted_sampler():
+    from stan_dp.accounting import RdpCurve
+    from stan_dp.inference import SamplerSpec, run
+
+    model = densities.Untouchable(densities.NormalMean(np.zeros(50)))
+    spec = SamplerSpec(name="curve", plan=lambda z: [], build_kernel=lambda z: None,
+                       init_state=lambda rng, c: None, position=lambda s: s, stats=(),
+                       step_rdp=RdpCurve((2.0, 3.0), (0.1, 0.2)))
+    with pytest.raises(ValueError, match="no noise multiplier"):
+        run(spec, model, epsilon=1.0, delta=1e-5, iterations=5, noise=1.0, chains=1, warmup=0,
+            seed=0, relation="replace_one", progress=False)
+
+
+@pytest.mark.parametrize("orders, values, match", [
+    ((), (), "at least one order"),
+    ((2.0,), (0.1, 0.2), "same length"),
+    ((1.0,), (0.1,), "> 1"),
+    ((2.0,), (0.0,), "releases nothing"),
+    ((2.0,), (-0.1,), "non-negative"),
+])
+def test_rdp_curve_validation(orders, values, match):
+    from stan_dp.accounting import RdpCurve
+
+    with pytest.raises(ValueError, match=match):
+        RdpCurve(orders, values)
