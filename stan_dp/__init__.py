@@ -9,6 +9,8 @@ The public entry points are re-exported here:
 - :func:`mmd` and :func:`compare` put a private posterior next to a reference;
 - :func:`reference_fit` is the non-private yardstick: Stan's own NUTS;
 - :func:`hmc` is private HMC with clipped noisy gradients (Räisä 2021, Alg. 3);
+- :func:`subsampled_penalty` and :func:`barker` are the minibatch private
+  samplers (Räisä 2021, Sections 4.1 and 3.2);
 - :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
@@ -22,6 +24,8 @@ from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
 from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
 from stan_dp.samplers.hmc import hmc  # noqa: E402
+from stan_dp.samplers.subsampled import subsampled_penalty  # noqa: E402
+from stan_dp.samplers.barker import barker  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
 from stan_dp.diagnostics import compare, mmd  # noqa: E402
 from stan_dp.reference import reference_fit  # noqa: E402
@@ -40,6 +44,8 @@ __all__ = [
     "penalty",
     "penalty_expfamily",
     "hmc",
+    "subsampled_penalty",
+    "barker",
     "StanExpFamilyModel",
     "ExpFamilyModelError",
     "mmd",

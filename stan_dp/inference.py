@@ -11,7 +11,10 @@ The spec supplies
   position; may evaluate the data to cache values, which never leave);
 * ``position(state)``: the unconstrained point to record;
 * which ``info`` fields are releasable (``stats``) and which are non-private
-  diagnostics that need an explicit opt-in (``nonprivate_stats``).
+  diagnostics that need an explicit opt-in (``nonprivate_stats``);
+* optionally ``step_rdp``: the per-iteration RDP curve of a sampler whose
+  steps are not Gaussian releases (DP Barker); the run is then accounted by
+  composing that curve and there is no noise multiplier to choose.
 
 The driver resolves the budget before anything touches the data, runs the
 chains sequentially with separate proposal and noise streams, and builds the
@@ -33,6 +36,7 @@ from stan_dp.accounting import (
     Release,
     validate_privacy_params,
 )
+from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, curve_max_steps
 from stan_dp.accounting.validation import check_relation
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws
@@ -44,6 +48,7 @@ __all__ = [
     "SamplerSpec",
     "BudgetPlan",
     "resolve_budget",
+    "resolve_curve_budget",
     "validate_run_args",
     "resolve_init",
     "initial_position",
@@ -102,6 +107,12 @@ class SamplerSpec:
     attrs_for : callable, optional
         ``BudgetPlan -> mapping``: extra attributes that depend on the resolved
         budget (e.g. per-owner reports).
+    step_rdp : RdpCurve, optional
+        Per-iteration RDP of a sampler that is not a Gaussian release (DP
+        Barker).  When given, ``plan`` and ``once`` are not used for
+        accounting, ``noise`` must be ``None``, the budget is resolved by
+        :func:`resolve_curve_budget`, ``build_kernel`` receives ``nan`` and
+        ``attrs`` has no ``noise_multiplier``.
     """
 
     name: str
@@ -114,6 +125,7 @@ class SamplerSpec:
     once: Sequence[Release] | Callable[[float], Sequence[Release]] = ()
     attrs: Mapping[str, Any] = field(default_factory=dict)
     attrs_for: Callable[["BudgetPlan"], Mapping[str, Any]] | None = None
+    step_rdp: RdpCurve | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,49 @@ def resolve_budget(
     plan_z = list(plan(z))
     spent = float(budget.epsilon_spent(plan_z, total, chains=chains, once=once_at(z)))
     return BudgetPlan(its, z, spent, str(budget.accountant(plan_z, once=once_at(z))))
+
+
+def resolve_curve_budget(
+    budget: Budget, curve: RdpCurve, *, iterations: int | None, warmup: int, chains: int,
+) -> BudgetPlan:
+    """Run size of a sampler accounted by a per-step RDP curve, or refuse.
+
+    Every iteration of every chain (warm-up included) is one step of
+    ``curve``.  ``iterations=None``: the most post-warm-up iterations that fit;
+    otherwise ``chains * (warmup + iterations)`` steps must fit.
+
+    Returns
+    -------
+    BudgetPlan
+        With ``noise_multiplier = nan`` (there is none).
+
+    Raises
+    ------
+    PrivacyBudgetError
+        If the requested run (or one post-warm-up iteration) does not fit.
+    """
+    max_steps = curve_max_steps(curve, budget.epsilon, budget.delta)
+    max_total = max_steps // chains
+    if iterations is None:
+        its = max_total - warmup
+        if its < 1:
+            raise PrivacyBudgetError(
+                f"the budget (epsilon={budget.epsilon:g}, delta={budget.delta:g}) allows "
+                f"{max_total} iterations per chain ({chains} chains) under {curve.name}, not "
+                f"enough for warmup={warmup} plus one draw; use a larger batch, more rows or "
+                "a larger budget"
+            )
+    else:
+        its = iterations
+        if warmup + its > max_total:
+            raise PrivacyBudgetError(
+                f"{chains} chains x (warmup {warmup} + iterations {its}) = "
+                f"{chains * (warmup + its)} steps do not fit in the budget (epsilon="
+                f"{budget.epsilon:g}, delta={budget.delta:g}) under {curve.name}; at most "
+                f"{max_total} iterations per chain fit"
+            )
+    spent = curve_epsilon(curve, chains * (warmup + its), budget.delta)
+    return BudgetPlan(its, float("nan"), spent, ACCOUNTANT_CURVE)
 
 
 INIT_RADIUS = 2.0
@@ -407,8 +462,14 @@ def run(
         raise ValueError(f"cannot release {unknown}: not a diagnostic of {spec.name}")
 
     budget = Budget(float(epsilon), float(delta), relation=relation)
-    resolved = resolve_budget(budget, spec.plan, iterations=iterations, noise=noise,
-                              warmup=warmup, chains=chains, once=spec.once)
+    if spec.step_rdp is not None:
+        if noise is not None:
+            raise ValueError(f"{spec.name} has no noise multiplier to choose; pass noise=None")
+        resolved = resolve_curve_budget(budget, spec.step_rdp, iterations=iterations,
+                                        warmup=warmup, chains=chains)
+    else:
+        resolved = resolve_budget(budget, spec.plan, iterations=iterations, noise=noise,
+                                  warmup=warmup, chains=chains, once=spec.once)
     if release_nonprivate:
         warnings.warn(
             f"releasing {', '.join(release_nonprivate)}: computed from the raw data WITHOUT "
@@ -451,7 +512,6 @@ def run(
         "epsilon": float(epsilon),
         "delta": float(delta),
         "epsilon_spent": resolved.epsilon_spent,
-        "noise_multiplier": resolved.noise_multiplier,
         "iterations": resolved.iterations,
         "warmup": int(warmup),
         "chains": int(chains),
@@ -462,6 +522,8 @@ def run(
         "nonprivate_outputs": ",".join(release_nonprivate),
         "stan_dp_version": _version(),
     }
+    if spec.step_rdp is None:
+        attrs["noise_multiplier"] = resolved.noise_multiplier
     attrs.update(spec.attrs)
     if run_attrs:
         attrs.update(run_attrs)

@@ -9,6 +9,8 @@ release plan into iterations, noise, or epsilon:
 * subsampled Gaussians use Rényi DP with the Wang–Balle–Kasiviswanathan
   amplification through ``dp_accounting``, see :mod:`.subsampled`, :mod:`.rdp`;
 * the seeds' own bounds are in :mod:`.bounds` for reports and comparisons;
+* mechanisms given by a per-step RDP curve (DP Barker, seed 003, Thm 8) are
+  composed by :mod:`.curve`;
 * :class:`Budget` is what samplers share.
 
 Conventions: a noise multiplier is always ``noise sd / sensitivity`` with the
@@ -18,6 +20,7 @@ gives sensitivity ``sensitivity_factor(relation) * C`` (``2C`` for replace-one,
 """
 
 from .budget import ACCOUNTANT_PLD, ACCOUNTANT_RDP, Budget, Release
+from .curve import ACCOUNTANT_CURVE, RdpCurve, barker_step_rdp, curve_epsilon, curve_max_steps
 from .errors import PrivacyBudgetError
 from .gaussian import (
     calibrate_gaussian_noise,
@@ -53,6 +56,11 @@ __all__ = [
     "ACCOUNTANT_PLD",
     "ACCOUNTANT_RDP",
     "RDP_ORDERS",
+    "RdpCurve",
+    "curve_epsilon",
+    "curve_max_steps",
+    "barker_step_rdp",
+    "ACCOUNTANT_CURVE",
     "RELATIONS",
     "validate_privacy_params",
     "sensitivity_factor",

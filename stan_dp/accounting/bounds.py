@@ -44,6 +44,8 @@ __all__ = [
     "raisa_theorem7_delta",
     "raisa_theorem7_max_iterations",
     "wbk_rdp_bound",
+    "BARKER_DEFAULT_VARIANCE",
+    "barker_max_order",
     "barker_base_rdp_epsilon",
     "barker_rdp_epsilon",
     "barker_epsilon",
@@ -489,7 +491,34 @@ def wbk_rdp_bound(alpha: int, q: float, base_rdp: Callable[[int], float]) -> flo
     return float(special.logsumexp(log_terms)) / (a - 1)
 
 
-def barker_base_rdp_epsilon(alpha: int, batch_size: int) -> float:
+BARKER_DEFAULT_VARIANCE = 2.0
+"""The total test-noise variance :math:`C` for which seed 003, Theorem 8 is stated."""
+
+
+def _check_correction_variance(correction_variance: object) -> float:
+    c = check_real(correction_variance, "correction_variance", positive=True)
+    if not 1.0 < c < math.pi**2 / 3.0:
+        raise ValueError(
+            "correction_variance C must satisfy 1 < C < pi^2/3 (~3.29): C > 1 because the "
+            "clipped batch variance can reach 1 (Theorem 8), C < pi^2/3 because N(0, C) must "
+            f"fit inside a standard logistic variable; got {c}"
+        )
+    return c
+
+
+def barker_max_order(batch_size: int, correction_variance: float = BARKER_DEFAULT_VARIANCE) -> int:
+    r"""Largest admissible Rényi order :math:`\alpha` with :math:`5\alpha < (C-1)|B|` (1 if none).
+
+    At :math:`C = 2` this is Theorem 8's :math:`\alpha < |B|/5`.
+    """
+    b = check_int(batch_size, "batch_size", minimum=1)
+    c = _check_correction_variance(correction_variance)
+    return max(1, math.ceil((c - 1.0) * b / 5.0) - 1)
+
+
+def barker_base_rdp_epsilon(
+    alpha: int, batch_size: int, *, correction_variance: float = BARKER_DEFAULT_VARIANCE
+) -> float:
     r"""Seed 003, Theorem 8: RDP :math:`\varepsilon'(\alpha)` of one DP Barker test on a batch.
 
     .. math::
@@ -501,22 +530,42 @@ def barker_base_rdp_epsilon(alpha: int, batch_size: int) -> float:
     :math:`\alpha < |B|/5`.  The per-row log-likelihood ratios must also be
     bounded by :math:`\sqrt{|B|}/n` (see :func:`barker_clip_bound`).
 
+    ``correction_variance`` :math:`C` generalises the theorem (stated for
+    :math:`C = 2`) by the same proof: the released value is
+    :math:`\lambda + \mathcal N(0, C - \sigma_b^2)` with mean sensitivity
+    :math:`2/\sqrt{|B|}`, :math:`\sigma_b^2 \in [0, 1]` and
+    :math:`|\Delta\sigma_b^2| \le 5/|B|`, so both variances lie in
+    :math:`[C-1, C]` and
+
+    .. math::
+
+       \varepsilon'(\alpha) = \frac{5}{2|B|(C-1)} + \frac{1}{2(\alpha-1)}
+         \ln\frac{C|B|}{(C-1)|B|-5\alpha} + \frac{2\alpha}{(C-1)|B|-5\alpha},
+
+    needing :math:`5\alpha < (C-1)|B|`; it equals the formula above at
+    :math:`C = 2`.
+
     Raises
     ------
     ValueError
-        If ``alpha`` or ``batch_size`` violate the conditions.
+        If ``alpha``, ``batch_size`` or ``correction_variance`` violate the conditions.
     """
     a = _check_order(alpha)
     b = check_int(batch_size, "batch_size", minimum=1)
-    if not 5 * a < b:
+    c = _check_correction_variance(correction_variance)
+    room = (c - 1.0) * b - 5.0 * a
+    if not room > 0:
         raise ValueError(
-            f"Theorem 8 needs alpha < |B|/5; got alpha={a}, batch_size={b} "
-            f"(batch_size must exceed {5 * a})"
+            f"Theorem 8 needs alpha < |B|/5 (at C=2; (C-1)|B|/5 in general); got alpha={a}, batch_size={b}, "
+            f"C={c:g} (batch_size must exceed {5 * a / (c - 1.0):g})"
         )
-    return 5.0 / (2.0 * b) + math.log(2.0 * b / (b - 5.0 * a)) / (2.0 * (a - 1)) + 2.0 * a / (b - 5.0 * a)
+    return 5.0 / (2.0 * b * (c - 1.0)) + math.log(c * b / room) / (2.0 * (a - 1)) + 2.0 * a / room
 
 
-def barker_rdp_epsilon(alpha: int, batch_size: int, n: int, k: int = 1) -> float:
+def barker_rdp_epsilon(
+    alpha: int, batch_size: int, n: int, k: int = 1, *,
+    correction_variance: float = BARKER_DEFAULT_VARIANCE,
+) -> float:
     r"""Seed 003, Theorem 8: ``k`` iterations of DP Barker are :math:`(\alpha, k\varepsilon(\alpha))`-RDP.
 
     :math:`\varepsilon(\alpha)` is :func:`wbk_rdp_bound` with
@@ -532,6 +581,8 @@ def barker_rdp_epsilon(alpha: int, batch_size: int, n: int, k: int = 1) -> float
         Number of rows.
     k : int
         Number of iterations (>= 0).
+    correction_variance : float
+        :math:`C` (see :func:`barker_base_rdp_epsilon`; 2 is the theorem as stated).
 
     Returns
     -------
@@ -549,36 +600,45 @@ def barker_rdp_epsilon(alpha: int, batch_size: int, n: int, k: int = 1) -> float
     k = check_int(k, "k")
     if b > n:
         raise ValueError(f"batch_size must be <= n, got batch_size={b}, n={n}")
-    barker_base_rdp_epsilon(a, b)  # validates alpha < |B|/5
-    return k * wbk_rdp_bound(a, b / n, lambda j: barker_base_rdp_epsilon(j, b))
+    c = correction_variance
+    barker_base_rdp_epsilon(a, b, correction_variance=c)  # validates alpha < (C-1)|B|/5
+    return k * wbk_rdp_bound(a, b / n, lambda j: barker_base_rdp_epsilon(j, b, correction_variance=c))
 
 
-def barker_epsilon(k: int, delta: float, batch_size: int, n: int) -> float:
+def barker_epsilon(
+    k: int, delta: float, batch_size: int, n: int, *,
+    correction_variance: float = BARKER_DEFAULT_VARIANCE,
+) -> float:
     r"""ADP epsilon of ``k`` DP Barker iterations (seed 003, Thm 8 + Thm 1).
 
     Minimises :math:`k\varepsilon(\alpha) - \ln\delta/(\alpha-1)` over the
-    admissible integer orders :math:`2 \le \alpha < |B|/5`.
+    admissible integer orders :math:`2 \le \alpha < (C-1)|B|/5` (at most 256).
 
     Returns 0 for ``k = 0`` (no data is accessed).
 
     Raises
     ------
     ValueError
-        If no order is admissible (``batch_size <= 10``) and ``k > 0``.
+        If no order is admissible (``batch_size <= 10`` at ``C = 2``) and ``k > 0``.
     """
     k = check_int(k, "k")
     delta = check_delta(delta)
     b = check_int(batch_size, "batch_size", minimum=1)
     n = check_int(n, "n", minimum=1)
+    c = _check_correction_variance(correction_variance)
     if b > n:
         raise ValueError(f"batch_size must be <= n, got batch_size={b}, n={n}")
     if k == 0:
         return 0.0
-    orders = [a for a in range(2, b) if 5 * a < b]
-    if not orders:
-        raise ValueError(f"Theorem 8 needs batch_size > 10 for any admissible order, got {b}")
-    orders = orders[:256]
-    return min(barker_rdp_epsilon(a, b, n, k) - math.log(delta) / (a - 1) for a in orders)
+    top = barker_max_order(b, c)
+    if top < 2:
+        raise ValueError(
+            f"Theorem 8 needs batch_size > {10 / (c - 1.0):g} for any admissible order "
+            f"(C={c:g}), got {b}"
+        )
+    orders = range(2, min(top, 257) + 1)
+    return min(barker_rdp_epsilon(a, b, n, k, correction_variance=c) - math.log(delta) / (a - 1)
+               for a in orders)
 
 
 def barker_clip_bound(batch_size: int, n: int, n0: float | None = None) -> float:
