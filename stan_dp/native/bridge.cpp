@@ -20,6 +20,7 @@
 #include STAN_DP_MODEL_HPP
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -188,7 +189,15 @@ class row_context : public stan::io::var_context {
       : full_(full),
         rows_var_(std::move(rows_var)),
         sliced_(std::move(sliced)),
-        n_(n_rows) {}
+        n_(n_rows) {
+    // The full context returns each variable by value: copy every row
+    // variable once here, so that building n row instances costs O(n) and
+    // not O(n^2).
+    for (const auto& name : sliced_) {
+      all_r_[name] = full_.vals_r(name);
+      if (full_.contains_i(name)) all_i_[name] = full_.vals_i(name);
+    }
+  }
 
   /// Show row `i`; a negative index shows no rows at all.
   void set_row(long i) { row_ = i; }
@@ -202,7 +211,7 @@ class row_context : public stan::io::var_context {
   std::vector<double> vals_r(const std::string& name) const override {
     if (name == rows_var_) return {static_cast<double>(row_ >= 0 ? 1 : 0)};
     if (!is_sliced(name)) return full_.vals_r(name);
-    return slice(full_.vals_r(name));
+    return slice(all_r_.at(name));
   }
   std::vector<std::complex<double>> vals_c(
       const std::string& name) const override {
@@ -214,7 +223,9 @@ class row_context : public stan::io::var_context {
   std::vector<int> vals_i(const std::string& name) const override {
     if (name == rows_var_) return {row_ >= 0 ? 1 : 0};
     if (!is_sliced(name)) return full_.vals_i(name);
-    return slice(full_.vals_i(name));
+    auto it = all_i_.find(name);
+    if (it == all_i_.end()) return slice(full_.vals_i(name));  // lets the context report the error
+    return slice(it->second);
   }
   std::vector<size_t> dims_r(const std::string& name) const override {
     return sliced_dims(name, full_.dims_r(name));
@@ -287,6 +298,8 @@ class row_context : public stan::io::var_context {
   std::vector<std::string> sliced_;
   size_t n_;
   long row_ = -1;
+  std::map<std::string, std::vector<double>> all_r_;
+  std::map<std::string, std::vector<int>> all_i_;
 };
 
 }  // namespace stan_dp_native
