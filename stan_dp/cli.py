@@ -89,6 +89,9 @@ SAMPLER_OPTIONS = (
     ("step_size", float, "proposal / leapfrog step size"),
     ("proposal", str, "proposal of the penalty samplers: gaussian, component or guided"),
     ("temperature", float, "tempering T (likelihood to the power T)"),
+    ("n0", float, "tempering as T = n0 / n (subsampled, barker)"),
+    ("chains", int, "chains (default 4)"),
+    ("warmup", int, "warm-up iterations per chain, counted in the budget (sampler's default)"),
     ("batch_size", int, "rows per iteration (subsampled, barker)"),
     ("correction_variance", float, "Barker's C (barker)"),
     ("grad_noise", float, "gradient noise multiplier (hmc)"),
@@ -159,8 +162,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     fn = _sampler_function(args.sampler)
     kwargs = _sampler_kwargs(fn, args)
     model = RowModel(args.model, args.data, rows=args.rows)
-    fit = fn(model, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
-             warmup=args.warmup, seed=args.seed, progress=not args.quiet, **kwargs)
+    fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
+             progress=not args.quiet, **kwargs)
     _print_fit(fit)
     if args.output:
         print(f"written: {_write_netcdf(fit, args.output)}")
@@ -298,11 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--sampler", default="penalty", choices=sorted(SAMPLERS))
     sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
     sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
-    sample.add_argument("--chains", type=_positive_int, default=4)
-    sample.add_argument("--warmup", type=_nonnegative_int, default=0, help="warm-up iterations per chain (counted in the budget)")
     for dest, kind, text in SAMPLER_OPTIONS:
-        sample.add_argument("--" + dest.replace("_", "-"), dest=dest,
-                            type=_positive_int if kind is int else kind, default=None, help=text)
+        parse = (_nonnegative_int if dest == "warmup" else _positive_int) if kind is int else kind
+        sample.add_argument("--" + dest.replace("_", "-"), dest=dest, type=parse, default=None, help=text)
     sample.add_argument("--seed", type=_nonnegative_int, default=None,
                         help="fix for a reproducible (not publishable) run")
     sample.add_argument("--output", default=None, help="write the fit as netCDF (e.g. fit.nc)")

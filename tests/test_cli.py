@@ -135,3 +135,24 @@ def test_reference_command_writes_a_fit_that_compare_reads(tmp_path, data_file, 
                      "--backend", "cmdstan"]) == 2
         err = capsys.readouterr().err
         assert "CmdStan" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("sampler, options", [
+    ("subsampled", ["--batch-size", "50", "--clip", "2", "--step-size", "0.05", "--n0", "20",
+                    "--iterations", "30"]),
+    ("barker", ["--batch-size", "100", "--step-size", "0.05", "--n0", "10", "--epsilon", "50"]),
+    ("hmc", ["--iterations", "10", "--warmup", "10", "--n-leapfrog", "2"]),
+])
+def test_every_sampler_runs_from_the_command_line(sampler, options, tmp_path, data_file, capsys):
+    import arviz as az
+
+    fit = tmp_path / "fit.nc"
+    argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
+            "--sampler", sampler, "--epsilon", "5", "--delta", "1e-5", "--chains", "1",
+            "--seed", "1", "--quiet", "--output", str(fit)] + options
+    assert main(argv) == 0, capsys.readouterr().err
+    idata = az.from_netcdf(fit)
+    attrs = idata.posterior.attrs
+    assert attrs["epsilon_spent"] <= attrs["epsilon"] * (1 + 1e-9)
+    assert idata.posterior["beta"].shape[:2][0] == 1
+    assert "privacy report" in capsys.readouterr().out
