@@ -70,11 +70,30 @@ def run_penalty(problem: Problem, eps: float, cfg: dict, seed: int) -> Any:
         init=np.zeros(problem.d), seed=seed, progress=False)
 
 
+def subsampled_step(problem: Problem, eps: float, cfg: dict) -> np.ndarray:
+    """Like :func:`penalty_step`, for the subsampled penalty's noise sd ``z (a1 h + a2 h²)``.
+
+    ``z`` comes from the RDP accountant for ``iterations`` subsampled releases
+    and ``(a1, a2)`` from Lemma 1 / Theorem 9: both public.  The step norm
+    ``h`` solves ``z (a1 h + a2 h²) = 1``.
+    """
+    from stan_dp.accounting import Budget, Release
+    from stan_dp.samplers.subsampled import sensitivity_coefficients
+
+    b = cfg["batch_size"]
+    z = Budget(eps, 0.1 / problem.n).calibrate(
+        [Release(1.0, batch_size=b, n=problem.n)], cfg["iterations"], chains=1)
+    a1, a2 = sensitivity_coefficients(problem.n, b, problem.temperature, clip_bound(problem))
+    h = (-a1 + np.sqrt(a1 * a1 + 4 * a2 / z)) / (2 * a2) if a2 > 0 else 1.0 / (z * a1)
+    usual = 2.38 / np.sqrt(problem.d) * theta_scale(problem)
+    return usual * min(1.0, h / np.linalg.norm(usual))
+
+
 def run_subsampled(problem: Problem, eps: float, cfg: dict, seed: int) -> Any:
     return stan_dp.subsampled_penalty(
         problem.model, epsilon=eps, delta=0.1 / problem.n, batch_size=cfg["batch_size"],
         iterations=cfg["iterations"], clip=clip_bound(problem),
-        step_size=2.38 / np.sqrt(problem.d) * theta_scale(problem),
+        step_size=subsampled_step(problem, eps, cfg),
         temperature=problem.temperature, chains=1, init=np.zeros(problem.d), seed=seed,
         progress=False)
 
