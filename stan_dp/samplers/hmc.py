@@ -143,10 +143,14 @@ def default_settings(n_rows: int, dim: int, n_leapfrog: int | None = None,
       at most ``||(1, x_i)|| ~ sqrt(dim)`` times a residual below 1, so
       ``sqrt(dim)`` binds only for rows with large residuals *and* large
       predictors (about 1 % of rows on the benchmark).
-    * ``grad_clip = sqrt(dim) / 2``: gradient clipping never biases the chain
-      (module docstring), it only bends the trajectories, so the bound is
-      chosen for signal-to-noise: about the upper quartile of the per-row
-      gradient norms of such a GLM, not its maximum.
+    * ``grad_clip = sqrt(dim)``: gradient clipping never biases the chain
+      (module docstring), but the warm-up :func:`mode_search` converges to
+      the zero of the *clipped* gradient sum, which moves away from the mode
+      when the bound binds for many rows (on the benchmark logistic
+      regression: 10 posterior sd at ``sqrt(dim) / 2``, 0.33 sd at
+      ``sqrt(dim)``), while the release noise grows with the bound;
+      ``sqrt(dim)`` bounds ``||(1, x_i)||`` of a GLM with standardised
+      predictors.
     * ``n_leapfrog = 3``: with DP noise the length of a move is limited by the
       ratio noise (``sigma_l`` grows with ``||theta_L - theta||``), so long
       trajectories do not pay; a few steps keep the gradient drift that pulls
@@ -635,11 +639,14 @@ def hmc(
         ``b_l``: log-likelihood ratios clipped to ``±b_l ||theta' - theta||``;
         default ``sqrt(dim)``.
     grad_clip : float, optional
-        ``b_g``: per-row gradient l2 bound; default ``sqrt(dim) / 2``.
+        ``b_g``: per-row gradient l2 bound; default ``sqrt(dim)``.
     step_size : float, optional
         Leapfrog step size.  Given: used as is (identity metric, no
-        adaptation).  Default: ``1 / sqrt(n)``, then adapted during warm-up
-        (dual averaging on the released acceptance probability).  The mass
+        adaptation, no mode search).  Default: ``1 / sqrt(n)``, then adapted
+        during warm-up (dual averaging on the released acceptance
+        probability), after a private mode search (:func:`mode_search`,
+        :data:`DEFAULT_SEARCH_RELEASES` gradient releases per chain carrying
+        :data:`SEARCH_SHARE` of the budget) from which the chain starts.  The mass
         matrix is the identity (the kernel supports a diagonal one through
         ``HMCState.inv_mass``).
     n_leapfrog : int, optional
@@ -649,8 +656,8 @@ def hmc(
     chains : int
         Chains (run sequentially).
     warmup : int, optional
-        Warm-up iterations per chain (burn-in and adaptation, counted in the
-        budget); default :data:`DEFAULT_WARMUP`.
+        Warm-up iterations per chain (adaptation, counted in the budget);
+        default :data:`DEFAULT_WARMUP`.  ``0`` also disables the mode search.
     init : None, array or dict
         Data-independent initial point(s); default uniform(-2, 2) per
         unconstrained coordinate.
