@@ -6,13 +6,16 @@ the non-private posterior (mode by BFGS on the full-data BridgeStan log
 density, covariance from a central-difference Hessian of its gradient); for
 n = 10^4 this posterior is very close to Gaussian.  4,000 reference draws.
 
-For each epsilon in {1, 2, 5} (delta = 1e-5), same design for both samplers
-(4 chains, 100 warm-up + 100 draws, uniform(-2, 2) inits, fixed seed):
-- ``stan_dp.hmc(model, epsilon, delta)`` with all defaults;
+For each epsilon in {1, 2, 5} (delta = 1e-5), 4 chains, uniform(-2, 2)
+inits, fixed seed, the whole budget spent by each sampler:
+- ``stan_dp.hmc(model, epsilon, delta)`` with all defaults (200-release mode
+  search, 50 warm-up + 100 draws, L = 3);
 - ``stan_dp.penalty`` with the guided proposal, clip sqrt(dim) (HMC's ratio
-  clip), step size 0.1 / sqrt(n) per coordinate (data-independent).
+  clip), step size 0.1 / sqrt(n) per coordinate (data-independent), 100
+  warm-up + 100 draws.
 Printed: MMD (stan_dp.diagnostics.mmd, standardised by the reference),
-worst |standardised mean error| and wall time.
+worst and root-mean-square |standardised mean error| over the 11
+coordinates, the median ratio of pooled sd to reference sd, and wall time.
 
 Run:  python benchmarks/hmc.py [--eps 1 2 5] [--seed 1]
 """
@@ -58,9 +61,13 @@ def flat(fit) -> np.ndarray:
     return post.reshape(-1, post.shape[-1])
 
 
-def score(x: np.ndarray, mode: np.ndarray, cov: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+def score(x: np.ndarray, mode: np.ndarray, cov: np.ndarray,
+          ref: np.ndarray) -> tuple[float, float, float, float]:
+    """MMD, worst and rms standardised mean error, median sd ratio."""
     sd = np.sqrt(np.diag(cov))
-    return mmd(x, ref), float(np.max(np.abs((x.mean(0) - mode) / sd)))
+    err = (x.mean(0) - mode) / sd
+    return (mmd(x, ref), float(np.max(np.abs(err))), float(np.sqrt(np.mean(err**2))),
+            float(np.median(x.std(0) / sd)))
 
 
 def main() -> None:
@@ -75,23 +82,22 @@ def main() -> None:
     base = mmd(np.random.default_rng(99).multivariate_normal(mode, cov, size=800), ref)
     print(f"reference: Laplace approximation; MMD of 800 exact draws vs reference: {base:.3f}")
     step = 0.1 / np.sqrt(model.n_rows)
-    print(f"{'eps':>4} | {'HMC MMD':>8} {'worst err':>9} {'time':>6} | "
-          f"{'penalty MMD':>11} {'worst err':>9} {'time':>6} | HMC >= penalty")
+    print(f"{'eps':>4} | {'HMC MMD':>8} {'worst':>6} {'rms':>5} {'sd':>5} {'time':>6} | "
+          f"{'penalty MMD':>11} {'worst':>6} {'rms':>5} {'sd':>5} {'time':>6} | HMC >= penalty")
     for eps in args.eps:
         t = time.perf_counter()
-        fit_h = stan_dp.hmc(model, epsilon=eps, delta=DELTA, chains=CHAINS, warmup=WARMUP,
-                            iterations=ITERATIONS, seed=args.seed, progress=False)
+        fit_h = stan_dp.hmc(model, epsilon=eps, delta=DELTA, seed=args.seed, progress=False)
         t_h = time.perf_counter() - t
         t = time.perf_counter()
         fit_p = stan_dp.penalty(model, epsilon=eps, delta=DELTA, iterations=ITERATIONS, warmup=WARMUP,
                                 clip=float(np.sqrt(model.dim)), step_size=step, proposal="guided",
                                 chains=CHAINS, seed=args.seed, progress=False)
         t_p = time.perf_counter() - t
-        m_h, e_h = score(flat(fit_h), mode, cov, ref)
-        m_p, e_p = score(flat(fit_p), mode, cov, ref)
+        m_h, e_h, r_h, s_h = score(flat(fit_h), mode, cov, ref)
+        m_p, e_p, r_p, s_p = score(flat(fit_p), mode, cov, ref)
         better = "yes" if m_h <= m_p else "no"
-        print(f"{eps:>4g} | {m_h:>8.3f} {e_h:>9.2f} {t_h:>5.0f}s | {m_p:>11.3f} {e_p:>9.2f} {t_p:>5.0f}s | {better}",
-              flush=True)
+        print(f"{eps:>4g} | {m_h:>8.3f} {e_h:>6.2f} {r_h:>5.2f} {s_h:>5.2f} {t_h:>5.0f}s | "
+              f"{m_p:>11.3f} {e_p:>6.2f} {r_p:>5.2f} {s_p:>5.2f} {t_p:>5.0f}s | {better}", flush=True)
 
 
 if __name__ == "__main__":

@@ -147,26 +147,31 @@ def test_accounting_attrs_equal_the_accounting_module(normal_mean):
     fit = _fit(normal_mean, n_leapfrog=3)
     a = fit.posterior.attrs
     z_l, z_g, L, total = a["noise_multiplier"], a["grad_noise_multiplier"], a["n_leapfrog"], 30
-    assert L == 3 and a["iterations"] == 20
+    z_s, K = a["search_noise_multiplier"], a["search_releases"]
+    assert L == 3 and a["iterations"] == 20 and K == H.DEFAULT_SEARCH_RELEASES
     budget = Budget(1.0, 1e-5)
     plan = [Release(z_l), Release(z_g, count=L)]
-    expected = budget.epsilon_spent(plan, total, chains=2, once=[Release(z_g)])
+    expected = budget.epsilon_spent(plan, total, chains=2, once=[Release(z_s, count=K)])
     assert a["epsilon_spent"] == pytest.approx(expected, rel=1e-12)
-    # independently: PLD N(M, 2M) with M = k/(2 z_l^2) + (k L + 1)/(2 z_g^2) per chain, 2 chains
-    direct = gaussian_epsilon([z_l, z_g], [2 * total, 2 * (total * L + 1)], 1e-5)
+    # independently: PLD N(M, 2M) with M = k/(2 z_l^2) + k L/(2 z_g^2) + K/(2 z_s^2) per chain
+    direct = gaussian_epsilon([z_l, z_g, z_s], [2 * total, 2 * total * L, 2 * K], 1e-5)
     assert a["epsilon_spent"] == pytest.approx(direct, rel=1e-9)
+    # the mode search gets SEARCH_SHARE of sum 1/z^2
+    info = np.array([total / z_l**2, total * L / z_g**2, K / z_s**2])
+    assert info[2] / info.sum() == pytest.approx(H.SEARCH_SHARE, rel=1e-9)
     assert a["epsilon_spent"] == pytest.approx(1.0, rel=1e-6)          # calibrated: all spent
     assert a["accountant"] == "gaussian-pld-exact"
     # the zCDP rule of Sec. 5.2 (z = tau sqrt(n)) is looser: it allows fewer iterations
     n = normal_mean.n_rows
     k_zcdp = zcdp_hmc_max_iterations(1.0, 1e-5, z_l / np.sqrt(n), z_g / np.sqrt(n), n, L)
-    k_exact = budget.max_iterations(plan, chains=1, once=[Release(z_g)])
-    assert 0 < k_zcdp < k_exact and k_exact >= 2 * total - 1   # one chain: exact allows ~2 x 30
+    k_exact = budget.max_iterations(plan, chains=1, once=[Release(z_s, count=K)])
+    assert 0 < k_zcdp < k_exact
 
 
 def test_both_noises_given_fix_the_iterations(normal_mean):
-    fit = _fit(normal_mean, iterations=None, noise=40.0, grad_noise=60.0, warmup=5)
+    fit = _fit(normal_mean, iterations=None, noise=40.0, grad_noise=60.0, warmup=5, step_size=0.1)
     a = fit.posterior.attrs
+    assert a["search_releases"] == 0                     # step size given: no warm-up search
     budget = Budget(1.0, 1e-5)
     plan = [Release(40.0), Release(60.0, count=H.DEFAULT_N_LEAPFROG)]
     k = budget.max_iterations(plan, chains=2, once=[Release(60.0)])
@@ -186,7 +191,7 @@ def test_output_contract_and_reproducibility(normal_mean):
     a = fit.posterior.attrs
     for key in ("grad_noise_multiplier", "n_leapfrog", "grad_clip", "clip", "seeded"):
         assert key in a
-    assert a["grad_clip"] == pytest.approx(0.5) and a["clip"] == pytest.approx(1.0)  # dim = 1
+    assert a["grad_clip"] == pytest.approx(1.0) and a["clip"] == pytest.approx(1.0)  # dim = 1
     assert fit.posterior["mu"].shape == (2, 20)
     with pytest.warns(stan_dp.inference.PrivacyWarning):
         leaky = _fit(normal_mean, release_clip_fraction=True)
@@ -240,6 +245,32 @@ def test_model_without_row_gradients_is_refused(normal_mean):
 
 def test_defaults_depend_only_on_n_and_dim():
     d = H.default_settings(10_000, 11)
-    assert d.clip == pytest.approx(np.sqrt(11)) and d.grad_clip == pytest.approx(np.sqrt(11) / 2)
+    assert d.clip == pytest.approx(np.sqrt(11)) and d.grad_clip == pytest.approx(np.sqrt(11))
     assert d.n_leapfrog == 3 and d.step_size == pytest.approx(0.01)
-    assert d.grad_noise_ratio == pytest.approx(0.6 * np.sqrt(3) * 2)
+    assert d.grad_noise_ratio == pytest.approx(0.6 * np.sqrt(3))
+
+
+def test_mode_search_error_is_the_averaged_release_noise(normal_mean):
+    """Polyak-Ruppert averaging of the ascent on released gradients: near a mode with curvature
+    H the averaged point's error is H^-1 times the mean noise of the m averaged releases, sd
+    sigma / (H sqrt(m)), whatever the step (here half the Newton step, so the iterates are an
+    AR(1) with coefficient 1/2 and averaging is needed).  300 replications: the sd estimate has
+    relative error ~1/sqrt(600) = 4 %, the AR edge effect is ~1/m = 2 %: tolerance 15 %; the
+    mean within 4 standard errors.  The search makes exactly K releases (noise-stream count)."""
+    mean, post_sd = normal_mean.posterior()
+    curvature, sigma, k = post_sd**-2, 20.0, 100
+    averaged = k // 2 - 1
+    release = H.make_noisy_gradient(normal_mean, grad_clip=1e6, grad_noise_sd=sigma)
+    errors = []
+    for rep in range(300):
+        rng = np.random.default_rng([7, rep])
+        position, first = H.mode_search(release, rng, np.array([30.0]), k, 0.5 / curvature)
+        reference = np.random.default_rng([7, rep])
+        reference.standard_normal(k)
+        assert rng.random() == reference.random()
+        errors.append(position[0] - mean)
+        assert first.grad.shape == (1,)
+    errors = np.array(errors)
+    expected_sd = sigma / (curvature * np.sqrt(averaged))
+    assert np.std(errors) == pytest.approx(expected_sd, rel=0.15)
+    assert abs(np.mean(errors)) < 4 * expected_sd / np.sqrt(errors.size)

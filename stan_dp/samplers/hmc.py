@@ -111,10 +111,14 @@ STEP_JITTER = 0.1
 # ----------------------------------------------------------------- defaults --
 DEFAULT_ITERATIONS = 100
 """Post-warm-up iterations per chain when neither ``iterations`` nor the noise is given."""
-DEFAULT_WARMUP = 100
+DEFAULT_WARMUP = 50
 """Warm-up iterations per chain when ``warmup`` is not given (counted in the budget)."""
 DEFAULT_N_LEAPFROG = 3
 """Leapfrog steps per iteration (see :func:`default_settings`)."""
+DEFAULT_SEARCH_RELEASES = 200
+"""Gradient releases per chain of the warm-up mode search (:func:`mode_search`)."""
+SEARCH_SHARE = 0.8
+"""Share of the privacy budget (in ``sum 1 / z^2``) given to the mode search."""
 DEFAULT_TARGET_ACCEPT = 0.3
 """Target of the warm-up step-size adaptation (noise-dominated optimum is ~0.23)."""
 
@@ -139,10 +143,14 @@ def default_settings(n_rows: int, dim: int, n_leapfrog: int | None = None,
       at most ``||(1, x_i)|| ~ sqrt(dim)`` times a residual below 1, so
       ``sqrt(dim)`` binds only for rows with large residuals *and* large
       predictors (about 1 % of rows on the benchmark).
-    * ``grad_clip = sqrt(dim) / 2``: gradient clipping never biases the chain
-      (module docstring), it only bends the trajectories, so the bound is
-      chosen for signal-to-noise: about the upper quartile of the per-row
-      gradient norms of such a GLM, not its maximum.
+    * ``grad_clip = sqrt(dim)``: gradient clipping never biases the chain
+      (module docstring), but the warm-up :func:`mode_search` converges to
+      the zero of the *clipped* gradient sum, which moves away from the mode
+      when the bound binds for many rows (on the benchmark logistic
+      regression: 10 posterior sd at ``sqrt(dim) / 2``, 0.33 sd at
+      ``sqrt(dim)``), while the release noise grows with the bound;
+      ``sqrt(dim)`` bounds ``||(1, x_i)||`` of a GLM with standardised
+      predictors.
     * ``n_leapfrog = 3``: with DP noise the length of a move is limited by the
       ratio noise (``sigma_l`` grows with ``||theta_L - theta||``), so long
       trajectories do not pay; a few steps keep the gradient drift that pulls
@@ -155,10 +163,24 @@ def default_settings(n_rows: int, dim: int, n_leapfrog: int | None = None,
       against the ratio noise (``sigma_l ~ 2 z_l clip L eta sqrt(d)``).
     """
     b_l = float(math.sqrt(dim)) if clip is None else clip
-    b_g = 0.5 * float(math.sqrt(dim)) if grad_clip is None else grad_clip
+    b_g = float(math.sqrt(dim)) if grad_clip is None else grad_clip
     steps = DEFAULT_N_LEAPFROG if n_leapfrog is None else n_leapfrog
     ratio = 0.6 * math.sqrt(steps) * b_l / b_g
     return HMCDefaults(b_l, b_g, steps, 1.0 / math.sqrt(n_rows), ratio)
+
+
+def search_noise_ratio(search_releases: int, iterations: int, n_leapfrog: int,
+                       grad_noise_ratio: float, share: float = SEARCH_SHARE) -> float:
+    """``z_s / z_l`` giving the mode search ``share`` of the budget.
+
+    Under the tight composition of Gaussian releases only
+    ``sum_k 1 / z_k^2`` counts (seed 003, end of Section 5.2).  Per chain the
+    ``iterations`` HMC iterations contribute ``iterations * (1 + L / r^2) / z_l^2``
+    (``r = z_g / z_l``) and the search ``K / z_s^2``; the ratio returned makes
+    the latter ``share`` of the total.  Data-independent.
+    """
+    per_iteration = 1.0 + n_leapfrog / grad_noise_ratio**2
+    return math.sqrt(search_releases * (1.0 - share) / (share * max(iterations, 1) * per_iteration))
 
 
 # -------------------------------------------------------------- state/info --
@@ -188,12 +210,6 @@ class HMCState(NamedTuple):
     inv_mass: np.ndarray
     iteration: int
     adapt: Adaptation | None
-    search_step: np.ndarray | None = None
-    """Per-coordinate steps of the warm-up mode search (``None``: no search)."""
-    search_sign: np.ndarray | None = None
-    search_sum: np.ndarray | None = None
-    """Sum of the search iterates of the second half of the search (Polyak averaging)."""
-    search_count: int = 0
 
 
 class HMCInfo(NamedTuple):
@@ -337,50 +353,48 @@ def init(position: np.ndarray, *, step_size: float, adapt: bool = False) -> HMCS
     theta = np.array(position, dtype=float)
     dim = theta.size
     adaptation = _new_adaptation(step_size, dim) if adapt else None
-    search = np.full(dim, SEARCH_STEP) if adapt else None
-    return HMCState(theta, np.nan, np.empty(0), None, float(step_size), np.ones(dim), 0, adaptation,
-                    search, np.zeros(dim) if adapt else None)
+    return HMCState(theta, np.nan, np.empty(0), None, float(step_size), np.ones(dim), 0, adaptation)
 
 
-def _search_iteration(state: HMCState, release: Callable, rng_noise: np.random.Generator,
-                      n_steps: int, average: bool, finish: bool,
-                      min_step: float) -> tuple[HMCState, int]:
-    """``n_steps`` sign-based ascent steps (Rprop) on released gradients.
+def mode_search(release: Callable, rng_noise: np.random.Generator, start: np.ndarray,
+                releases: int, step: float) -> tuple[np.ndarray, NoisyGradient]:
+    """Private mode search: averaged noisy gradient ascent on released gradients.
 
-    Each coordinate moves by its own step in the direction of the sign of the
-    released gradient; the step grows by 1.2 while the sign persists and
-    halves when it flips.  Far from the mode the released gradient is
-    dominated by the data and the steps grow geometrically; near the mode the
-    noise flips the signs and the steps shrink.  Only released gradients are
-    used (post-processing); each step is one gradient release, within the
-    ``L`` gradient releases the plan counts per iteration (the log-ratio
-    release of the iteration is not made).  With ``average`` the iterates
-    are summed; with ``finish`` the last release is made at their average
-    (Polyak averaging), where the chain then starts.
+    ``releases - 1`` steps ``theta <- theta + step * G(theta)`` (one gradient
+    release each), then one release at the average of the iterates of the
+    second half (Polyak-Ruppert averaging), where the chain starts.  Near a
+    mode with Hessian ``-H`` the average has error ``~ H^-1 xi_bar``
+    (``xi_bar`` the mean release noise of the averaging window): it uses the
+    released gradients efficiently, whatever ``step`` within the stable range
+    ``step * h < 2`` (``h`` the largest curvature), which only sets how fast
+    the transient is forgotten.  Far from the mode a clipped gradient sum has
+    norm at most ``n T b_g`` plus noise, so a step of ``1 / (n T)`` moves at
+    most ``b_g`` per release.  Everything is computed from released values
+    (post-processing); the releases are accounted as the chain's one-off
+    releases.
+
+    Returns the start point of the chain and the release made there (the
+    averaged point, or the last iterate if the average left the prior
+    support).
     """
-    step, prev = state.search_step, state.search_sign
-    total = np.zeros_like(state.position) if state.search_sum is None else state.search_sum
-    count = state.search_count
-    for j in range(n_steps - 1 if finish and count else n_steps):
-        sign = np.sign(state.grad)
-        step = np.maximum(step * np.where(sign * prev > 0, 1.2, np.where(sign * prev < 0, 0.5, 1.0)),
-                          min_step)
-        out = release(rng_noise, state.position + step * sign)
-        if out is None:  # left the prior support: shrink and stay (no release was made)
-            step = 0.5 * step
+    theta = np.array(start, dtype=float)
+    out = release(rng_noise, theta)
+    if out is None:
+        raise ValueError("the log prior is not finite at the initial point")
+    total, count = np.zeros_like(theta), 0
+    for j in range(1, releases - 1):
+        proposal = theta + step * out.grad
+        nxt = release(rng_noise, proposal)
+        if nxt is None:  # outside the prior support: no release made, shorter step next time
+            step *= 0.5
             continue
-        state = state._replace(position=state.position + step * sign, log_prior=out.log_prior,
-                               row_log_lik=out.row_log_lik, grad=out.grad)
-        prev = sign
-        if average:
-            total, count = total + state.position, count + 1
-    if finish and count:
-        out = release(rng_noise, total / count)
-        if out is not None:
-            state = state._replace(position=total / count, log_prior=out.log_prior,
-                                   row_log_lik=out.row_log_lik, grad=out.grad)
-    return state._replace(search_step=step, search_sign=prev, search_sum=total,
-                          search_count=count), n_steps
+        theta, out = proposal, nxt
+        if j >= releases // 2:
+            total, count = total + theta, count + 1
+    if count == 0:
+        return theta, out
+    final = release(rng_noise, total / count)
+    return (total / count, final) if final is not None else (theta, out)
 
 
 def _first_release(state: HMCState, release: Callable, rng_noise: np.random.Generator) -> HMCState:
@@ -405,10 +419,6 @@ def _dual_averaging(a: Adaptation, accept: float, target: float) -> tuple[Adapta
     return a._replace(count=count, h_bar=h_bar, log_step_bar=log_bar), math.exp(log_step)
 
 
-SEARCH_FRACTION = 0.5
-"""Share of the warm-up spent on the private mode search (:func:`_search_iteration`)."""
-SEARCH_STEP = 0.1
-"""Initial per-coordinate step of the mode search (unconstrained scale)."""
 ADAPT_RESTARTS = (2 / 3, 5 / 6)
 """Fractions of the warm-up at which the dual averaging restarts (forgetting the burn-in)."""
 
@@ -452,6 +462,8 @@ def build_kernel(
     jitter: float = STEP_JITTER,
     noise_sd: float | None = None,
     grad_noise_sd: float | None = None,
+    search_releases: int = 0,
+    search_noise_multiplier: float | None = None,
 ):
     """Build the DP HMC kernel.
 
@@ -483,13 +495,22 @@ def build_kernel(
         Fixed noise sds overriding the calibrated ones (for tests; such a
         kernel is not private unless they match).  ``noise_sd`` is then the
         ratio noise sd itself, independent of the move length.
+    search_releases : int
+        ``K > 0``: the first call runs :func:`mode_search` from the initial
+        position (``K`` gradient releases with multiplier
+        ``search_noise_multiplier``, step ``1 / (n T)``) and the chain starts
+        at its averaged point; these ``K`` releases replace the initial
+        gradient release.  ``0``: the initial gradient is released at the
+        initial position.
+    search_noise_multiplier : float, optional
+        ``z_s`` of the search releases (default ``grad_noise_multiplier``).
 
     Returns
     -------
     callable
         ``kernel(rng_prop, rng_noise, state) -> (HMCState, HMCInfo)``.  On
-        the first call (``state.grad is None``) it releases the initial
-        gradient first.
+        the first call (``state.grad is None``) it first releases the initial
+        gradient, or runs the mode search.
     """
     if not clip > 0 or (np.isinf(clip) and noise_sd is None):
         raise ValueError(f"clip must be positive (and finite unless noise_sd is fixed), got {clip!r}")
@@ -502,21 +523,20 @@ def build_kernel(
     release = make_noisy_gradient(density, grad_clip=grad_clip, grad_noise_sd=sd_g,
                                   temperature=temperature)
     n_rows = int(density.n_rows)
-    search_iterations = int(SEARCH_FRACTION * warmup)
-    eta_floor = 1.0 / math.sqrt(n_rows)
+    search_releases = _validate_int("search_releases", search_releases, 0)
+    z_s = grad_noise_multiplier if search_noise_multiplier is None else search_noise_multiplier
+    search = make_noisy_gradient(density, grad_clip=grad_clip, temperature=temperature,
+                                 grad_noise_sd=z_s * factor * temperature * grad_clip)
 
     def kernel(rng_prop: np.random.Generator, rng_noise: np.random.Generator,
                state: HMCState) -> tuple[HMCState, HMCInfo]:
-        if state.grad is None:
+        if state.grad is None and search_releases > 0:
+            position, first = mode_search(search, rng_noise, state.position, search_releases,
+                                          1.0 / (n_rows * temperature))
+            state = state._replace(position=position, log_prior=first.log_prior,
+                                   row_log_lik=first.row_log_lik, grad=first.grad)
+        elif state.grad is None:
             state = _first_release(state, release, rng_noise)
-        if state.search_step is not None and state.iteration < search_iterations:
-            new, steps = _search_iteration(
-                state, release, rng_noise, n_leapfrog,
-                average=state.iteration >= search_iterations // 2,
-                finish=state.iteration == search_iterations - 1, min_step=0.1 * eta_floor)
-            new = new._replace(iteration=state.iteration + 1)
-            return new, HMCInfo(1.0, True, float(np.mean(new.search_step)), steps, False, 0.0, 0.0,
-                                float(sd_g), 0.0, 0.0)
         theta0 = state.position
         step = state.step_size * (1.0 + jitter * (2.0 * rng_prop.random() - 1.0))
         p0 = rng_prop.standard_normal(theta0.size) / np.sqrt(state.inv_mass)
@@ -619,11 +639,14 @@ def hmc(
         ``b_l``: log-likelihood ratios clipped to ``±b_l ||theta' - theta||``;
         default ``sqrt(dim)``.
     grad_clip : float, optional
-        ``b_g``: per-row gradient l2 bound; default ``sqrt(dim) / 2``.
+        ``b_g``: per-row gradient l2 bound; default ``sqrt(dim)``.
     step_size : float, optional
         Leapfrog step size.  Given: used as is (identity metric, no
-        adaptation).  Default: ``1 / sqrt(n)``, then adapted during warm-up
-        (dual averaging on the released acceptance probability).  The mass
+        adaptation, no mode search).  Default: ``1 / sqrt(n)``, then adapted
+        during warm-up (dual averaging on the released acceptance
+        probability), after a private mode search (:func:`mode_search`,
+        :data:`DEFAULT_SEARCH_RELEASES` gradient releases per chain carrying
+        :data:`SEARCH_SHARE` of the budget) from which the chain starts.  The mass
         matrix is the identity (the kernel supports a diagonal one through
         ``HMCState.inv_mass``).
     n_leapfrog : int, optional
@@ -633,8 +656,8 @@ def hmc(
     chains : int
         Chains (run sequentially).
     warmup : int, optional
-        Warm-up iterations per chain (burn-in and adaptation, counted in the
-        budget); default :data:`DEFAULT_WARMUP`.
+        Warm-up iterations per chain (adaptation, counted in the budget);
+        default :data:`DEFAULT_WARMUP`.  ``0`` also disables the mode search.
     init : None, array or dict
         Data-independent initial point(s); default uniform(-2, 2) per
         unconstrained coordinate.
@@ -698,10 +721,16 @@ def hmc(
     adapt = step_size is None
     eta0 = defaults.step_size if step_size is None else step_size
 
+    searching = adapt and warmup > 0
+    search_ratio = search_noise_ratio(DEFAULT_SEARCH_RELEASES, warmup + (
+        DEFAULT_ITERATIONS if iterations is None else iterations), steps_l, ratio)
+
     def plan(z: float) -> list[Release]:
         return [Release(z), Release(z * ratio, count=steps_l)]
 
     def once(z: float) -> list[Release]:
+        if searching:
+            return [Release(z * search_ratio, count=DEFAULT_SEARCH_RELEASES)]
         return [Release(z * ratio)]
 
     def make_kernel(z: float):
@@ -709,11 +738,13 @@ def hmc(
             model, clip=defaults.clip, grad_clip=defaults.grad_clip, noise_multiplier=z,
             grad_noise_multiplier=z * ratio, n_leapfrog=steps_l, temperature=temperature,
             relation=relation, warmup=warmup if adapt else 0,
+            search_releases=DEFAULT_SEARCH_RELEASES if searching else 0,
+            search_noise_multiplier=z * search_ratio,
         )
 
     def init_state(rng: np.random.Generator, chain: int) -> HMCState:
         position = initial_position(rng, model, user_init, chain)
-        return _init(position, step_size=eta0, adapt=adapt and warmup > 0)
+        return _init(position, step_size=eta0, adapt=searching)
 
     run_attrs: dict[str, Any] = {
         "clip": defaults.clip,
@@ -721,7 +752,9 @@ def hmc(
         "n_leapfrog": steps_l,
         "temperature": temperature,
         "step_size_initial": eta0,
-        "adapted": "step size (dual averaging on released acceptance) in warm-up" if adapt else "none",
+        "adapted": ("mode search (averaged ascent on released gradients) and step size (dual "
+                    "averaging on released acceptance) in warm-up" if searching else "none"),
+        "search_releases": DEFAULT_SEARCH_RELEASES if searching else 0,
         "init": "user" if user_init is not None else "uniform(-2, 2) unconstrained",
     }
     spec = SamplerSpec(
@@ -733,7 +766,10 @@ def hmc(
         stats=RELEASED_STATS,
         nonprivate_stats=NONPRIVATE_STATS,
         once=once,
-        attrs_for=lambda resolved: {"grad_noise_multiplier": resolved.noise_multiplier * ratio},
+        attrs_for=lambda resolved: {
+            "grad_noise_multiplier": resolved.noise_multiplier * ratio,
+            "search_noise_multiplier": resolved.noise_multiplier * search_ratio if searching else 0.0,
+        },
     )
     return run(
         spec, model, epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
