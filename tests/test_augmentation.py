@@ -111,7 +111,7 @@ def test_incremental_sums_and_native_sweep_match_recomputation(normal_model):
     t = priv.record_stats(records)
     state = AugmentationState(theta, records, t, t.sum(axis=0))
     s_dp = state.s + np.array([3.0, -4.0])
-    lib = normal_model._gen.stanlib
+    lib = normal_model.native_library
     for _ in range(20):
         proposals = normal_model.generate(theta, stan_rng)
         log_u = np.log(rng.random(N_REC))

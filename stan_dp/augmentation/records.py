@@ -158,6 +158,11 @@ class StanRecordModel:
         return {v: spans[g] for v, g in self.generate_map.items()}
 
     # ------------------------------------------------------------ model --
+    @property
+    def native_library(self):
+        """The loaded model library (``ctypes.CDLL``), for the native record sweep."""
+        return self._gen.stanlib
+
     def new_rng(self, seed: int):
         """A Stan RNG for :meth:`generate`."""
         return self._gen.new_rng(int(seed))

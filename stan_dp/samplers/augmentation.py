@@ -217,7 +217,7 @@ def build_kernel(model: StanRecordModel, privacy: RecordPrivacy, s_dp: np.ndarra
     ``generate`` (n proposals from generated quantities), ``statistic``
     and ``sweep`` (record decisions).
     """
-    lib = model._gen.stanlib if native else None
+    lib = model.native_library if native else None
     clock = time.perf_counter
 
     def tick(key: str, t0: float) -> float:
