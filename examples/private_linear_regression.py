@@ -14,7 +14,7 @@ For each ε, R replicates draw a fresh confidential data set and release, run on
 chain of K sweeps (the first half discarded, as in S-5), and check whether the
 90% equal-tailed credible interval of each coefficient covers the truth.
 
-    python examples/private_linear_regression.py                     # quick: ~1 min
+    python examples/private_linear_regression.py                     # quick: ~40 s
     python examples/private_linear_regression.py --replicates 100 --iterations 10000 \\
         --epsilon 0.1 0.3 1 3 10                                     # Table 1 of the seed
 """
@@ -94,7 +94,7 @@ def run(epsilon: float, replicates: int, iterations: int, seed: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=20, help="data sets per epsilon (R)")
-    parser.add_argument("--iterations", type=int, default=2000, help="sweeps per chain (K), half discarded")
+    parser.add_argument("--iterations", type=int, default=5000, help="sweeps per chain (K), half discarded")
     parser.add_argument("--epsilon", type=float, nargs="+", default=[1.0], help="one or more epsilons")
     parser.add_argument("--seed", type=int, default=2022)
     args = parser.parse_args()

@@ -11,7 +11,7 @@ with the exact conjugate Dirichlet update, and this script records the mean
 and the minimum record acceptance of every chain against ε, and plots them
 with the bound (Figure S1).
 
-    python examples/private_loglinear.py                        # quick: ~1 min
+    python examples/private_loglinear.py                        # quick: ~15 s
     python examples/private_loglinear.py --chains 10 --iterations 4000 --plot acceptance.png
 """
 

@@ -126,6 +126,7 @@ def test_incremental_sums_and_native_sweep_match_recomputation(normal_model):
     assert not np.array_equal(state.records["y"], records["y"])
 
 
+@pytest.mark.filterwarnings("ignore:Loading a shared object")
 def test_overlay_density_equals_bridgestan_on_the_same_records(normal_model, compiled):
     import bridgestan
     import stanio
