@@ -11,6 +11,8 @@ The public entry points are re-exported here:
 - :func:`hmc` is private HMC with clipped noisy gradients (Räisä 2021, Alg. 3);
 - :func:`subsampled_penalty` and :func:`barker` are the minibatch private
   samplers (Räisä 2021, Sections 4.1 and 3.2);
+- :func:`new_privacy` and :func:`augmented_sample` do inference from an
+  already privatised statistic by data augmentation (Ju et al. 2022);
 - :mod:`stan_dp.accounting` holds the privacy accounting.
 """
 
@@ -29,6 +31,16 @@ from stan_dp.samplers.barker import barker  # noqa: E402
 from stan_dp.expfamily_model import ExpFamilyModelError, StanExpFamilyModel  # noqa: E402
 from stan_dp.diagnostics import compare, mmd  # noqa: E402
 from stan_dp.reference import reference_fit  # noqa: E402
+from stan_dp.augmentation import (  # noqa: E402
+    Clamp,
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Gaussian,
+    Laplace,
+    StanRecordModel,
+    new_privacy,
+)
+from stan_dp.samplers.augmentation import augmented_sample  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
@@ -51,4 +63,12 @@ __all__ = [
     "mmd",
     "compare",
     "reference_fit",
+    "new_privacy",
+    "augmented_sample",
+    "StanRecordModel",
+    "Clamp",
+    "Laplace",
+    "Gaussian",
+    "DiscreteLaplace",
+    "DiscreteGaussian",
 ]
