@@ -127,8 +127,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=".", help="output folder")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--n", type=int, default=None, help="override the number of rows")
+    parser.add_argument("--dims", type=int, nargs="+", default=None, help="override the dimensions")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=None, help="override the epsilons")
     args = parser.parse_args(argv)
-    cfg = QUICK if args.quick else FULL
+    cfg = dict(QUICK if args.quick else FULL)
+    for key in ("n", "dims", "epsilons"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
     out = Path(args.out)
     rows = []
     for d in cfg["dims"]:
