@@ -212,3 +212,38 @@ def test_rdp_curve_validation(orders, values, match):
 
     with pytest.raises(ValueError, match=match):
         RdpCurve(orders, values)
+
+
+@pytest.mark.parametrize("correction_variance", [1.2, 1.5, 2.0, 2.5, 3.2])
+def test_theorem8_bound_dominates_the_exact_gaussian_renyi_divergence(correction_variance):
+    """Independent check of Theorem 8's epsilon'(alpha), including its extension to C != 2.
+
+    One Barker step releases lambda + N(0, C - sigma_b^2): a Gaussian whose
+    mean moves by at most 2/sqrt(b) and whose variance lies in [C-1, C] and
+    moves by at most 5/b when one row is replaced (the clip |T r_j| <= sqrt(b)/n).
+    The exact Rényi divergence of two such Gaussians (closed form, maximised
+    over a grid of the admissible variances, both directions) must not exceed
+    the bound.
+    """
+    from stan_dp.accounting.bounds import barker_base_rdp_epsilon
+
+    def renyi(a, m1, v1, m2, v2):
+        va = a * v2 + (1 - a) * v1
+        if va <= 0:
+            return np.inf
+        return a * (m1 - m2) ** 2 / (2 * va) + np.log(va / (v1 ** (1 - a) * v2**a)) / (2 * (1 - a))
+
+    c = correction_variance
+    for b in (100, 500, 2000):
+        shift = 2 / np.sqrt(b)
+        for a in (2, 3, 5, 10, 20):
+            if 5 * a >= (c - 1) * b:
+                continue
+            bound = barker_base_rdp_epsilon(a, b, correction_variance=c)
+            worst = 0.0
+            for v1 in np.linspace(c - 1, c, 41):
+                for dv in np.linspace(-5 / b, 5 / b, 21):
+                    v2 = v1 + dv
+                    if c - 1 <= v2 <= c:
+                        worst = max(worst, renyi(a, 0.0, v1, shift, v2), renyi(a, shift, v2, 0.0, v1))
+            assert 0 < worst <= bound, (c, b, a, worst, bound)
