@@ -13,31 +13,10 @@ Run:  python examples/barker_normal_mean.py      (~10 s)
 from __future__ import annotations
 
 import numpy as np
+from normal_mean import NormalMean, exact_posterior
 
 import stan_dp
 from stan_dp.accounting import barker_step_rdp, curve_max_steps
-
-
-class NormalMean:
-    """Satisfies stan_dp.density.RowDensity."""
-
-    def __init__(self, y: np.ndarray) -> None:
-        self.y = np.asarray(y, float)
-        self.n_rows, self.dim, self.param_names = self.y.size, 1, ["mu"]
-
-    def log_prior(self, theta):
-        return float(-0.5 * (theta[0] / 10.0) ** 2)
-
-    def row_log_lik(self, theta, rows=None):
-        y = self.y if rows is None else self.y[rows]
-        return -0.5 * (y - theta[0]) ** 2
-
-    def row_log_lik_grad(self, theta, rows=None):
-        y = self.y if rows is None else self.y[rows]
-        return -0.5 * (y - theta[0]) ** 2, (y - theta[0])[:, None]
-
-    def constrain(self, theta):
-        return {"mu": np.asarray(theta[0])}
 
 
 def main() -> None:
@@ -45,8 +24,7 @@ def main() -> None:
     model = NormalMean(rng.normal(0.4, 1.0, 2_000_000))
     n0, batch, epsilon, delta = 20, 500, 1.0, 1e-6
     temperature = n0 / model.n_rows
-    prec = temperature * model.n_rows + 1 / 100
-    exact_mean, exact_sd = temperature * model.y.sum() / prec, prec**-0.5
+    exact_mean, exact_sd = exact_posterior(model, temperature)
     allowed = curve_max_steps(barker_step_rdp(batch, model.n_rows), epsilon, delta)
 
     idata = stan_dp.barker(model, epsilon=epsilon, delta=delta, batch_size=batch, iterations=2500,

@@ -11,37 +11,15 @@ Run:  python examples/penalty_normal_mean.py
 from __future__ import annotations
 
 import numpy as np
+from normal_mean import NormalMean, exact_posterior
 
 from stan_dp.samplers.penalty import penalty
-
-
-class NormalMean:
-    """Satisfies stan_dp.density.RowDensity."""
-
-    def __init__(self, y: np.ndarray) -> None:
-        self.y = np.asarray(y, float)
-        self.n_rows, self.dim, self.param_names = self.y.size, 1, ["mu"]
-
-    def log_prior(self, theta):
-        return float(-0.5 * (theta[0] / 10.0) ** 2)
-
-    def row_log_lik(self, theta, rows=None):
-        y = self.y if rows is None else self.y[rows]
-        return -0.5 * (y - theta[0]) ** 2
-
-    def row_log_lik_grad(self, theta, rows=None):
-        y = self.y if rows is None else self.y[rows]
-        return -0.5 * (y - theta[0]) ** 2, (y - theta[0])[:, None]
-
-    def constrain(self, theta):
-        return {"mu": np.asarray(theta[0])}
 
 
 def main() -> None:
     rng = np.random.default_rng(2024)
     model = NormalMean(np.clip(rng.normal(0.4, 1.0, 20_000), -3, 3))
-    prec = model.n_rows + 1 / 100
-    exact_mean, exact_sd = model.y.sum() / prec, prec**-0.5
+    exact_mean, exact_sd = exact_posterior(model)
 
     idata = penalty(model, epsilon=8.0, delta=1e-6, iterations=1500, warmup=300, chains=4,
                     clip=6.0, step_size=0.004, proposal="gaussian", init=[0.0])

@@ -12,30 +12,9 @@ Run:  python examples/subsampled_penalty_normal_mean.py      (~15 s)
 from __future__ import annotations
 
 import numpy as np
+from normal_mean import NormalMean, exact_posterior
 
 import stan_dp
-
-
-class NormalMean:
-    """Satisfies stan_dp.density.RowDensity."""
-
-    def __init__(self, y: np.ndarray) -> None:
-        self.y = np.asarray(y, float)
-        self.n_rows, self.dim, self.param_names = self.y.size, 1, ["mu"]
-
-    def log_prior(self, theta):
-        return float(-0.5 * (theta[0] / 10.0) ** 2)
-
-    def row_log_lik(self, theta, rows=None):
-        y = self.y if rows is None else self.y[rows]
-        return -0.5 * (y - theta[0]) ** 2
-
-    def row_log_lik_grad(self, theta, rows=None):
-        y = self.y if rows is None else self.y[rows]
-        return -0.5 * (y - theta[0]) ** 2, (y - theta[0])[:, None]
-
-    def constrain(self, theta):
-        return {"mu": np.asarray(theta[0])}
 
 
 def main() -> None:
@@ -43,8 +22,7 @@ def main() -> None:
     model = NormalMean(np.clip(rng.normal(0.4, 1.0, 200_000), -3, 3))
     n0 = 1000
     temperature = n0 / model.n_rows
-    prec = temperature * model.n_rows + 1 / 100
-    exact_mean, exact_sd = temperature * model.y.sum() / prec, prec**-0.5
+    exact_mean, exact_sd = exact_posterior(model, temperature)
 
     idata = stan_dp.subsampled_penalty(
         model, epsilon=1.0, delta=1e-6, batch_size=1000, iterations=2000, warmup=300, chains=2,
