@@ -35,7 +35,10 @@ sys.path.insert(0, str(ROOT))
 import stan_dp  # noqa: E402
 from stan_dp.accounting import Budget, Release, barker_step_rdp, curve_epsilon  # noqa: E402
 from stan_dp.samplers import barker, minibatch, subsampled  # noqa: E402
-from stan_dp.samplers.barker_correction import correction_distribution  # noqa: E402
+from stan_dp.samplers.barker_correction import (  # noqa: E402
+    DEFAULT_CORRECTION_VARIANCE,
+    correction_distribution,
+)
 from stan_dp.samplers.proposals import make_proposal  # noqa: E402
 
 BATCH = 500
@@ -83,7 +86,7 @@ def make_kernel(sampler: str, model):
         return subsampled.build_kernel(model, prop, batch_size=BATCH, clip=5.0, noise_multiplier=1.0,
                                        temperature=temperature)
     return barker.build_kernel(model, prop, batch_size=BATCH, temperature=temperature,
-                               correction=correction_distribution(2.0))
+                               correction=correction_distribution(DEFAULT_CORRECTION_VARIANCE))
 
 
 def time_kernel(kernel, model, iterations: int) -> float:
@@ -139,7 +142,7 @@ def epsilon_table(ns: list[int], zs: list[float], iterations: int = 10_000) -> N
     print(f"\nepsilon after {iterations:,} iterations (one chain, delta = {DELTA:g}, b = {BATCH})")
     print(f"{'n':>10s} {'z':>5s} {'full-data penalty':>18s} {'subsampled penalty':>19s} {'DP Barker':>10s}")
     for n in ns:
-        barker_eps = curve_epsilon(barker_step_rdp(BATCH, n), iterations, DELTA)
+        barker_eps = curve_epsilon(barker_step_rdp(BATCH, n, DEFAULT_CORRECTION_VARIANCE), iterations, DELTA)
         for z in zs:
             full = budget.epsilon_spent([Release(z)], iterations)
             sub = budget.epsilon_spent([Release(z, batch_size=BATCH, n=n)], iterations)

@@ -17,6 +17,7 @@ from normal_mean import NormalMean, exact_posterior
 
 import stan_dp
 from stan_dp.accounting import barker_step_rdp, curve_max_steps
+from stan_dp.samplers.barker_correction import DEFAULT_CORRECTION_VARIANCE
 
 
 def main() -> None:
@@ -25,7 +26,7 @@ def main() -> None:
     n0, batch, epsilon, delta = 20, 500, 1.0, 1e-6
     temperature = n0 / model.n_rows
     exact_mean, exact_sd = exact_posterior(model, temperature)
-    allowed = curve_max_steps(barker_step_rdp(batch, model.n_rows), epsilon, delta)
+    allowed = curve_max_steps(barker_step_rdp(batch, model.n_rows, DEFAULT_CORRECTION_VARIANCE), epsilon, delta)
 
     idata = stan_dp.barker(model, epsilon=epsilon, delta=delta, batch_size=batch, iterations=2500,
                            warmup=300, chains=2, step_size=0.4, n0=n0, init=[0.0], progress=False)

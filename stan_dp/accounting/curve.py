@@ -112,7 +112,7 @@ def curve_max_steps(curve: RdpCurve, epsilon: float, delta: float) -> int:
 
 
 def barker_step_rdp(
-    batch_size: int, n: int, correction_variance: float = bounds.BARKER_DEFAULT_VARIANCE,
+    batch_size: int, n: int, correction_variance: float,
     max_order: int = 256,
 ) -> RdpCurve:
     r"""Per-iteration RDP of DP Barker (seed 003, Theorem 8) at every admissible integer order.
@@ -133,7 +133,9 @@ def barker_step_rdp(
     n : int
         Number of rows.
     correction_variance : float
-        Total test-noise variance :math:`C`, ``1 < C < pi^2/3`` (Theorem 8: 2).
+        Total test-noise variance :math:`C`, ``1 < C < pi^2/3`` (Theorem 8 as
+        stated: 2; :func:`stan_dp.barker`'s default: 1.6).  Required, so that
+        a curve always names the ``C`` it accounts for.
     max_order : int
         Largest order considered (>= 2).
 
