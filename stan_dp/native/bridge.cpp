@@ -596,7 +596,69 @@ struct sdp_rows {
   int dim = 0;
   int threads = 1;
   std::unique_ptr<tbb::task_arena> arena;
+  /// Bytes of a row's own data allocations that lie just below its instance
+  /// (see touch_rows).
+  std::ptrdiff_t prefetch_before = 0;
 };
+
+namespace {
+
+/// Where a row's data lives relative to its instance, measured once.
+///
+/// Instances are built one after another, so the heap places each row's
+/// allocations (the instance and its data members) in one block of about
+/// the same size, the "stride" between consecutive instances.  The data
+/// members come from the allocator's free list and land just below the
+/// instance (e.g. linear_regression: stride 240 bytes, instance 160 bytes,
+/// data at -64 and -32).  Returns the bytes below the instance to prefetch:
+/// the median stride minus the instance size, capped at 1 KiB; 0 if the
+/// layout is not regular.
+std::ptrdiff_t measure_prefetch_before(const std::vector<std::unique_ptr<stan_model>>& rows) {
+  if (rows.size() < 3) return 0;
+  std::vector<std::ptrdiff_t> strides;
+  const size_t m = std::min<size_t>(rows.size() - 1, 4096);
+  strides.reserve(m);
+  for (size_t i = 1; i <= m; ++i)
+    strides.push_back(reinterpret_cast<const char*>(rows[i].get())
+                      - reinterpret_cast<const char*>(rows[i - 1].get()));
+  std::nth_element(strides.begin(), strides.begin() + m / 2, strides.end());
+  const std::ptrdiff_t below = strides[m / 2] - static_cast<std::ptrdiff_t>(sizeof(stan_model));
+  return below > 0 && below <= 1024 ? below : 0;
+}
+
+/// Bring a block of randomly chosen rows into the cache before evaluating them.
+///
+/// A random batch of rows of a large data set misses the cache at every
+/// row, along a chain of dependent loads: the pointer in `rows`, then the
+/// instance, then its data.  Evaluated one after another, each row waits
+/// for two or three memory latencies (measured on linear_regression, one
+/// thread: ~270 ns per row at 2e4 rows, ~750 ns at 2e6).  Software prefetch
+/// of the rows ahead did not help on the 2-core AMD EPYC VM we measured
+/// (740 ns), so this reads the block first with plain, independent loads
+/// (~300 ns per row at 2e6): all pointers,
+/// then one byte of every cache line of every instance, which the CPU
+/// overlaps (memory-level parallelism); the lines just below an instance,
+/// where its data members live, are prefetched (never faults; they share
+/// the instance's page, so its translation is already there).  Every read
+/// is inside an instance or a `rows` element; nothing is written and no
+/// result depends on it.
+void touch_rows(const sdp_rows& r, const long long* idx, long long begin, long long end) {
+  constexpr long long block = 64;
+  const char* ptrs[block];
+  const long long m = std::min(block, end - begin);
+  for (long long j = 0; j < m; ++j)
+    ptrs[j] = reinterpret_cast<const char*>(r.rows[idx[begin + j]].get());
+  for (long long j = 0; j < m; ++j) {
+    const volatile unsigned char* p = reinterpret_cast<const volatile unsigned char*>(ptrs[j]);
+    for (size_t off = 0; off < sizeof(stan_model); off += 64) (void)p[off];
+    (void)p[sizeof(stan_model) - 1];
+    const auto a = reinterpret_cast<std::uintptr_t>(ptrs[j]);
+    for (std::uintptr_t line = (a - r.prefetch_before) & ~std::uintptr_t(63); line < a; line += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(line));
+  }
+}
+
+}  // namespace
 
 int sdp_abi_version = 1;
 
@@ -699,6 +761,7 @@ sdp_rows* sdp_rows_construct(const char* data, const char* rows_var,
     }
     r->dim = static_cast<int>(full_dim);
     r->data.reset();  // every instance holds its own copy of what it needs
+    r->prefetch_before = measure_prefetch_before(r->rows);
     r->threads = threads > 0 ? threads
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     r->arena.reset(new tbb::task_arena(r->threads));
@@ -851,6 +914,9 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
     auto body = [&](const tbb::blocked_range<long long>& range) {
       ensure_autodiff_stack();
       for (long long k = range.begin(); k < range.end(); ++k) {
+        // An index subset: read each block of 64 rows before evaluating it
+        // (all rows in order need nothing: the hardware prefetches).
+        if (idx != nullptr && (k - range.begin()) % 64 == 0) touch_rows(*r, idx, k, range.end());
         const stan_model& model = *r->rows[idx == nullptr ? k : idx[k]];
         try {
           if (grad == nullptr) {
