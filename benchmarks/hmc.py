@@ -17,7 +17,7 @@ Printed: MMD (stan_dp.diagnostics.mmd, standardised by the reference),
 worst and root-mean-square |standardised mean error| over the 11
 coordinates, the median ratio of pooled sd to reference sd, and wall time.
 
-Run:  python benchmarks/hmc.py [--eps 1 2 5] [--seed 1]
+Run:  python benchmarks/hmc.py [--eps 1 2 5] [--seed 1] [--n 10000] [--d 10]
 """
 
 from __future__ import annotations
@@ -74,9 +74,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eps", type=float, nargs="+", default=[1.0, 2.0, 5.0])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--n", type=int, default=10_000, help="rows (default 10,000)")
+    ap.add_argument("--d", type=int, default=10, help="predictors (default 10)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    data = logistic_data(n=10_000, d=10, seed=1)
+    data = logistic_data(n=args.n, d=args.d, seed=1)
+    print(f"logistic regression, n = {args.n:,}, D = {args.d}")
     model = stan_dp.RowModel(bundled("logistic_regression"), data)
     mode, cov, ref = laplace_reference(model)
     base = mmd(np.random.default_rng(99).multivariate_normal(mode, cov, size=800), ref)
