@@ -635,13 +635,14 @@ std::ptrdiff_t measure_prefetch_before(const std::vector<std::unique_ptr<stan_mo
 /// thread: ~270 ns per row at 2e4 rows, ~750 ns at 2e6).  Software prefetch
 /// of the rows ahead did not help on the 2-core AMD EPYC VM we measured
 /// (740 ns), so this reads the block first with plain, independent loads
-/// (~300 ns per row at 2e6): all pointers,
-/// then one byte of every cache line of every instance, which the CPU
-/// overlaps (memory-level parallelism); the lines just below an instance,
-/// where its data members live, are prefetched (never faults; they share
-/// the instance's page, so its translation is already there).  Every read
-/// is inside an instance or a `rows` element; nothing is written and no
-/// result depends on it.
+/// (~300 ns per row at 2e6): all pointers, then one byte of every cache
+/// line of every instance, which the CPU overlaps (memory-level
+/// parallelism).  The lines just below an instance, where its data members
+/// usually live, are only prefetched: they are not ours to read, and a
+/// prefetch never faults (they mostly share the instance's page, whose
+/// translation the loads have just brought in).  Every load is inside an
+/// instance or a `rows` element; nothing is written and no result depends
+/// on it (tests/test_rows.py compares subsets with all rows bit for bit).
 void touch_rows(const sdp_rows& r, const long long* idx, long long begin, long long end) {
   constexpr long long block = 64;
   const char* ptrs[block];
