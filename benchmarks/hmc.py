@@ -10,9 +10,9 @@ For each epsilon in {1, 2, 5} (delta = 1e-5), 4 chains, uniform(-2, 2)
 inits, fixed seed, the whole budget spent by each sampler:
 - ``stan_dp.hmc(model, epsilon, delta)`` with all defaults (200-release mode
   search, 50 warm-up + 100 draws, L = 3);
-- ``stan_dp.penalty`` with the guided proposal, clip sqrt(dim) (HMC's ratio
-  clip), step size 0.1 / sqrt(n) per coordinate (data-independent), 100
-  warm-up + 100 draws.
+- ``stan_dp.penalty`` with the guided proposal, clip sqrt(dim) (HMC's former
+  default ratio clip), step size 0.1 / sqrt(n) per coordinate
+  (data-independent), 100 warm-up + 100 draws.
 Printed: MMD (stan_dp.diagnostics.mmd, standardised by the reference),
 worst and root-mean-square |standardised mean error| over the 11
 coordinates, the median ratio of pooled sd to reference sd, and wall time.

@@ -246,14 +246,15 @@ def test_model_without_row_gradients_is_refused(normal_mean):
 def test_defaults_depend_only_on_n_and_dim():
     d = H.default_settings(10_000, 11)
     b_g = np.sqrt(11 + np.log(10_000) - 5)  # sqrt(dim + ln n - 5) = 3.90
-    assert d.clip == pytest.approx(np.sqrt(11)) and d.grad_clip == pytest.approx(b_g)
+    assert d.clip == pytest.approx(b_g) and d.grad_clip == pytest.approx(b_g)
     assert d.n_leapfrog == 3 and d.step_size == pytest.approx(0.01)
-    assert d.grad_noise_ratio == pytest.approx(0.6 * np.sqrt(3) * np.sqrt(11) / b_g)
+    assert d.grad_noise_ratio == pytest.approx(0.6 * np.sqrt(3))
     # the gradient bound is sqrt(dim) up to n = e^5 and then grows like sqrt(ln n)
     assert H.default_grad_clip(100, 4) == pytest.approx(2.0)
     assert H.default_grad_clip(148, 4) == pytest.approx(2.0)
     assert H.default_grad_clip(100_000, 4) == pytest.approx(np.sqrt(4 + np.log(1e5) - 5))
-    assert H.default_settings(10_000, 11, grad_clip=2.0).grad_clip == 2.0
+    given = H.default_settings(10_000, 11, clip=1.5, grad_clip=2.0)
+    assert (given.clip, given.grad_clip) == (1.5, 2.0)
 
 
 def test_mode_search_error_is_the_averaged_release_noise(normal_mean):
