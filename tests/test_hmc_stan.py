@@ -71,8 +71,8 @@ def test_defaults_locate_the_logistic_regression_posterior(compiled):
     Why this n: under the tight composition only sum_k 1/z_k^2 = mu^2 counts (mu = 0.50 at
     (2, 1e-5)), and a gradient release with sensitivity 2 b_g locates the mode to at best
     2 b_g sd_post / (mu sqrt(share)) per coordinate, which shrinks like 1/sqrt(n) in posterior
-    sds.  At n = 10^4, D = 10 (benchmarks/hmc.py) that bound is 0.36 sd with the whole budget,
-    so no sampler of this kind gets every coordinate within a small fraction there; at
+    sds.  At n = 10^4, D = 10 (benchmarks/hmc.py) that bound is 0.42 sd with the whole budget
+    (b_g = 3.90), so no sampler of this kind gets every coordinate within a small fraction there; at
     n = 10^5, D = 3 the search's share gives ~0.17 sd per coordinate (b_g = b_l = 3.24, the
     default sqrt(dim + ln n - 5)), and the default gradient bound keeps the clipped-gradient
     zero within ~0.1 sd of the mode (measured without noise; a fixed sqrt(dim) bound put it

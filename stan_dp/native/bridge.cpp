@@ -643,10 +643,11 @@ std::ptrdiff_t measure_prefetch_before(const std::vector<std::unique_ptr<stan_mo
 /// translation the loads have just brought in).  Every load is inside an
 /// instance or a `rows` element; nothing is written and no result depends
 /// on it (tests/test_rows.py compares subsets with all rows bit for bit).
+constexpr long long touch_block = 64;  // rows read ahead at a time
+
 void touch_rows(const sdp_rows& r, const long long* idx, long long begin, long long end) {
-  constexpr long long block = 64;
-  const char* ptrs[block];
-  const long long m = std::min(block, end - begin);
+  const char* ptrs[touch_block];
+  const long long m = std::min(touch_block, end - begin);
   for (long long j = 0; j < m; ++j)
     ptrs[j] = reinterpret_cast<const char*>(r.rows[idx[begin + j]].get());
   for (long long j = 0; j < m; ++j) {
@@ -915,9 +916,10 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
     auto body = [&](const tbb::blocked_range<long long>& range) {
       ensure_autodiff_stack();
       for (long long k = range.begin(); k < range.end(); ++k) {
-        // An index subset: read each block of 64 rows before evaluating it
+        // An index subset: read each block of rows before evaluating it
         // (all rows in order need nothing: the hardware prefetches).
-        if (idx != nullptr && (k - range.begin()) % 64 == 0) touch_rows(*r, idx, k, range.end());
+        if (idx != nullptr && (k - range.begin()) % touch_block == 0)
+          touch_rows(*r, idx, k, range.end());
         const stan_model& model = *r->rows[idx == nullptr ? k : idx[k]];
         try {
           if (grad == nullptr) {

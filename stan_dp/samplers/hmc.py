@@ -172,8 +172,9 @@ def default_settings(n_rows: int, dim: int, n_leapfrog: int | None = None,
       energy error from gradient noise (``~ eta sigma_g sqrt(L d / 2)``)
       against the ratio noise (``sigma_l ~ 2 z_l clip L eta sqrt(d)``).
     """
-    b_l = default_grad_clip(n_rows, dim) if clip is None else clip
-    b_g = default_grad_clip(n_rows, dim) if grad_clip is None else grad_clip
+    bound = default_grad_clip(n_rows, dim)
+    b_l = bound if clip is None else clip
+    b_g = bound if grad_clip is None else grad_clip
     steps = DEFAULT_N_LEAPFROG if n_leapfrog is None else n_leapfrog
     ratio = 0.6 * math.sqrt(steps) * b_l / b_g
     return HMCDefaults(b_l, b_g, steps, 1.0 / math.sqrt(n_rows), ratio)
