@@ -18,7 +18,7 @@ The public entry points are re-exported here:
 
 import logging as _logging
 
-__version__ = "0.1.0"
+from stan_dp.version import __version__  # noqa: E402
 
 from stan_dp.model import ModelDecompositionError, RowModel  # noqa: E402
 from stan_dp.toolchain import StanCompileError, ToolchainError, compile_model  # noqa: E402

@@ -367,36 +367,10 @@ def initial_position(
     raise ValueError(f"no initial point with a finite log prior found in {max_tries} tries")
 
 
-class _Progress:
-    """A tqdm bar that can never crash a run."""
+from stan_dp.progress import Progress  # noqa: E402  (moved to its own module)
 
-    def __init__(self, total: int, enabled: bool, desc: str) -> None:
-        self._bar = None
-        if not enabled:
-            return
-        try:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=total, desc=desc, leave=False)
-        except Exception:  # noqa: BLE001 - progress display must never fail a run
-            self._bar = None
-
-    def update(self, n: int = 1) -> None:
-        if self._bar is None:
-            return
-        try:
-            self._bar.update(n)
-        except Exception:  # noqa: BLE001
-            self._bar = None
-
-    def close(self) -> None:
-        if self._bar is None:
-            return
-        try:
-            self._bar.close()
-        except Exception:  # noqa: BLE001
-            pass
-        self._bar = None
+_Progress = Progress
+"""Former name of :class:`stan_dp.progress.Progress`, kept for old imports."""
 
 
 def _version() -> str:

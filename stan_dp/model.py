@@ -46,16 +46,10 @@ class ModelDecompositionError(ValueError):
     """The model's log density does not split into a prior part and per-row terms."""
 
 
-def _as_library(model: str | os.PathLike[str], stanc_args: Sequence[str],
-                cache_dir: str | os.PathLike[str] | None) -> Path:
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"model not found: {model}")
-    if path.suffix == ".stan":
-        return compile_model(path, stanc_args=stanc_args, cache_dir=cache_dir)
-    if path.suffix in (".so", ".dylib", ".dll"):
-        return path.resolve()
-    raise ValueError(f"model must be a .stan file or a compiled library, got {model}")
+from stan_dp.toolchain import as_library  # noqa: E402  (moved to the toolchain module)
+
+_as_library = as_library
+"""Former name of :func:`stan_dp.toolchain.as_library`, kept for old imports."""
 
 
 class RowModel:

@@ -178,7 +178,7 @@ def columns_to_groups(
 def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seeded: bool,
            chains: int, draws: int, warmup: int, adapt_delta: float,
            max_treedepth: int) -> dict[str, Any]:
-    from stan_dp import __version__
+    from stan_dp.version import __version__
 
     return {
         "backend": backend,
@@ -200,13 +200,13 @@ def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seede
 def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, chains: int,
                  draws: int, warmup: int, adapt_delta: float, max_treedepth: int,
                  parallel_chains: int, progress: bool, cache_dir: Any) -> Any:
-    from stan_dp.inference import _Progress
+    from stan_dp.progress import Progress
     from stan_dp.native import nuts
     from stan_dp.toolchain import compile_model
 
     library = compile_model(stan_path, variant="reference", cache_dir=cache_dir)
     lib = nuts.load(library)
-    bar = _Progress(chains * (warmup + draws), progress, "reference NUTS")
+    bar = Progress(chains * (warmup + draws), progress, "reference NUTS")
     done = [0]
 
     def on_progress(total: int) -> None:

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from stan_dp import __version__
+from stan_dp.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -523,3 +523,51 @@ def compile_model(
             shutil.copy(stan_path, model_dir / stan_path.name)
             os.replace(out, lib)  # atomic: a partial library is never visible
     return lib
+
+
+def as_library(
+    model: str | os.PathLike[str],
+    stanc_args: Sequence[str] = (),
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    cmdstan: str | os.PathLike[str] | None = None,
+) -> Path:
+    """The model library for a ``.stan`` file (compiled or cached) or a library path.
+
+    Every model class (:class:`stan_dp.RowModel`, the exponential-family and
+    record models) accepts either form; this is the one place that tells
+    them apart.
+
+    Parameters
+    ----------
+    model : path
+        A ``.stan`` program (compiled with :func:`compile_model`, or taken
+        from the cache) or an already built library (``.so``, ``.dylib``,
+        ``.dll``), used as is.
+    stanc_args : sequence of str, optional
+        Extra stanc3 arguments (for a ``.stan`` file).
+    cache_dir : path, optional
+        The library cache (for a ``.stan`` file).
+    cmdstan : path, optional
+        A CmdStan installation to compile with (for a ``.stan`` file).
+
+    Returns
+    -------
+    pathlib.Path
+        The shared library.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``model`` does not exist.
+    ValueError
+        If ``model`` is neither a ``.stan`` file nor a shared library.
+    """
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"model not found: {model}")
+    if path.suffix == ".stan":
+        return compile_model(path, stanc_args=stanc_args, cache_dir=cache_dir, cmdstan=cmdstan)
+    if path.suffix in (".so", ".dylib", ".dll"):
+        return path.resolve()
+    raise ValueError(f"model must be a .stan file or a compiled library, got {model}")

@@ -33,9 +33,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from stan_dp.data import check_row_count, load_data
-from stan_dp.model import _as_library
 from stan_dp.native.overlay import OverlayBuilder, OverlayModel
 from stan_dp.params import ParamLayout
+from stan_dp.toolchain import as_library
 
 __all__ = ["StanRecordModel"]
 
@@ -94,7 +94,7 @@ class StanRecordModel:
         if self.n_records < 1:
             raise ValueError(f"the record count {rows!r} must be at least 1")
         self.rows_var = rows
-        self.library = _as_library(model, stanc_args, cache_dir)
+        self.library = as_library(model, stanc_args, cache_dir)
         try:
             self._gen = bridgestan.StanModel(str(self.library), data_json, seed=seed, warn=False)
         except RuntimeError as exc:

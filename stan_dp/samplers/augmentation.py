@@ -33,6 +33,8 @@ from stan_dp.augmentation.privacy import RecordPrivacy
 from stan_dp.augmentation.records import StanRecordModel
 from stan_dp.native.overlay import augment_sweep
 from stan_dp.output import build_inference_data, constrain_draws
+from stan_dp.progress import Progress
+from stan_dp.version import __version__
 
 __all__ = [
     "AugmentationState",
@@ -360,8 +362,6 @@ def augmented_sample(
         For a bad argument, an ``s_dp`` of the wrong length, a statistic that
         is not record-additive, or a generator that reads the record data.
     """
-    from stan_dp.inference import _Progress
-
     if not isinstance(privacy, RecordPrivacy):
         raise ValueError("privacy must come from stan_dp.new_privacy(statistic, mechanism, clamp=...)")
     s_dp = _check_s_dp(s_dp, privacy)
@@ -400,7 +400,7 @@ def augmented_sample(
     positions = np.empty((chains, total, model.dim))
     stats = {name: np.empty((chains, total)) for name in
              ("record_acceptance", "min_record_acceptance", "acceptance_rate", "step_size")}
-    bar = _Progress(chains * total, progress, "augmentation")
+    bar = Progress(chains * total, progress, "augmentation")
     try:
         for c in range(chains):
             rng = rngs[c]
@@ -423,8 +423,6 @@ def augmented_sample(
                 bar.update()
     finally:
         bar.close()
-
-    from stan_dp import __version__
 
     attrs = {
         "sampler": "data_augmentation",
