@@ -56,29 +56,64 @@ def clip_log_ratios(ratios: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
 def clamp_rows_l2(rows: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
     """Project each row vector onto the l2 ball of radius ``bound``.
 
+    The norm is computed without overflow or underflow: each row is first
+    divided by its largest absolute entry, so that a row of norm 1e200 (whose
+    sum of squares overflows) is clipped to norm ``bound`` in its own
+    direction, and a row of norm 1e-300 is left as it is.  No floating-point
+    warning is emitted for any input (zero rows included): a warning that
+    appears for some rows only would reveal them.
+
     Parameters
     ----------
     rows : ndarray, shape (n, k)
         Per-row statistics.  Non-finite entries are set to zero first.
     bound : float
-        Positive radius.
+        Radius, ``>= 0`` (``inf`` leaves every finite row as it is).
 
     Returns
     -------
     clamped : ndarray, shape (n, k)
-        Rows with norm at most ``bound``.
+        Rows with norm at most ``bound`` (up to a few units in the last
+        place).  A row within the ball is returned unchanged, bit for bit; a
+        row outside it is ``bound`` times its unit vector.
     n_clamped : int
-        Number of rows changed (not privatised).
+        Number of rows changed: clipped or with non-finite entries (not
+        privatised).
+
+    Raises
+    ------
+    ValueError
+        If ``rows`` is not two-dimensional or ``bound`` is negative or NaN.
     """
     x = np.asarray(rows, dtype=float)
     if x.ndim != 2:
         raise ValueError(f"row statistics must be a 2-D array (n, stat_dim), got shape {x.shape}")
+    bound = float(bound)
+    if not bound >= 0.0:
+        raise ValueError(f"the clamping bound must be >= 0, got {bound!r}")
     bad = ~np.isfinite(x)
     x = np.where(bad, 0.0, x)
-    norms = np.linalg.norm(x, axis=1)
-    scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
-    n_clamped = int(np.count_nonzero((scale < 1.0) | bad.any(axis=1)))
-    return x * scale[:, None], n_clamped
+    # Scale-free norm: ||x|| = big * ||x / big|| with big = max |x_j|, where
+    # every entry of x / big lies in [-1, 1] and ||x / big|| in [1, sqrt(k)].
+    big = np.max(np.abs(x), axis=1, initial=0.0)
+    nonzero = big > 0.0
+    unit_scale = np.where(nonzero, big, 1.0)  # a zero row stays zero, no 0/0
+    with np.errstate(over="ignore", under="ignore"):
+        # Entries far below their row's largest may underflow to 0 here and
+        # their squares below: harmless, they cannot change the norm.
+        u = x / unit_scale[:, None]
+        u_norm = np.sqrt(np.einsum("ij,ij->i", u, u))
+        # ||x|| > bound  <=>  ||u|| > bound / big; the quotient may overflow
+        # to inf (a tiny row: never clipped) or underflow to 0 (a huge row:
+        # always clipped), both of which decide correctly.
+        clip = nonzero & (u_norm > bound / unit_scale)
+        # A clipped row is bound * u / ||u||: u and bound / ||u|| (||u|| >= 1,
+        # bound finite since the row is clipped) are finite, so is their
+        # product, and it has the row's direction.
+        factor = np.where(clip, bound / np.where(clip, u_norm, 1.0), 1.0)
+        out = np.where(clip[:, None], u * factor[:, None], x)
+    n_clamped = int(np.count_nonzero(clip | bad.any(axis=1)))
+    return out, n_clamped
 
 
 def gaussian_release(rng: np.random.Generator, value: np.ndarray | float, sd: float) -> np.ndarray | float:
