@@ -11,12 +11,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from stan_dp.secure_noise import SecureNoise
+
 __all__ = [
     "ChainStreams",
     "clip_log_ratios",
     "clamp_rows_l2",
     "gaussian_release",
     "chain_streams",
+    "SecureNoise",
 ]
 
 
@@ -116,18 +119,42 @@ def clamp_rows_l2(rows: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
     return out, n_clamped
 
 
-def gaussian_release(rng: np.random.Generator, value: np.ndarray | float, sd: float) -> np.ndarray | float:
+def gaussian_release(
+    rng: np.random.Generator | SecureNoise,
+    value: np.ndarray | float,
+    sd: float,
+    *,
+    grid_exponent: int | None = None,
+) -> np.ndarray | float:
     """Release ``value + N(0, sd^2)`` (elementwise), the Gaussian mechanism.
+
+    With a :class:`~stan_dp.secure_noise.SecureNoise` stream (``seed=None``
+    runs) the release is ``γ (round(value/γ) + N_Z(0, (sd/γ)^2))``: exact
+    discrete Gaussian noise from OS entropy on the grid ``γ = 2**e <= sd
+    2**-52`` (see ``docs/noise.md`` for why and for its accounting).  With a
+    numpy ``Generator`` (seeded runs) it is ``value + sd * standard_normal()``,
+    bit-for-bit as before.
 
     Parameters
     ----------
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or SecureNoise
         The *noise* stream (never the proposal stream).
     value : float or ndarray
         Quantity with bounded sensitivity.
     sd : float
         Noise standard deviation (noise multiplier times sensitivity).
+    grid_exponent : int, optional
+        Secure path only: a *data-independent* grid ``2**grid_exponent`` for a
+        release whose ``sd`` depends on the data (DP Barker); by default the
+        grid follows ``sd``, which must then be data-independent.
+
+    Returns
+    -------
+    float or ndarray
+        A float for a scalar ``value``, else an array of its shape.
     """
+    if isinstance(rng, SecureNoise):
+        return rng.gaussian_release(value, sd, grid_exponent)
     if np.ndim(value) == 0:
         return float(value) + sd * float(rng.standard_normal())
     v = np.asarray(value, dtype=float)
@@ -139,15 +166,23 @@ class ChainStreams(NamedTuple):
 
     proposal: np.random.Generator
     """Proposals, initial points, accept/reject uniforms (no privacy role)."""
-    noise: np.random.Generator
-    """Privacy noise only."""
+    noise: np.random.Generator | SecureNoise
+    """Privacy noise only (including minibatch indices): a numpy ``Generator``
+    in seeded runs, a :class:`~stan_dp.secure_noise.SecureNoise` when ``seed=None``."""
 
 
 def chain_streams(seed: int | np.random.SeedSequence | None, chains: int) -> list[ChainStreams]:
     """Spawn separate proposal and noise streams for each chain.
 
-    ``seed=None`` draws fresh OS entropy.  The root sequence is spawned into
-    one child per chain, each child into (proposal, noise).
+    ``seed=None`` (a publishable run): the proposal streams are seeded from
+    fresh OS entropy, and every noise stream is a
+    :class:`~stan_dp.secure_noise.SecureNoise` (OS CSPRNG, exact discrete
+    samplers); nothing about it can be reproduced or written out.
+
+    A user seed (int or SeedSequence): the root sequence is spawned into one
+    child per chain, each child into (proposal, noise), both numpy PCG64
+    generators — reproducible bit for bit, and labelled ``attrs["seeded"]``
+    by the driver because such a run is not safe to publish.
 
     Parameters
     ----------
@@ -160,6 +195,7 @@ def chain_streams(seed: int | np.random.SeedSequence | None, chains: int) -> lis
     out = []
     for child in root.spawn(chains):
         prop, noise = child.spawn(2)
-        out.append(ChainStreams(np.random.Generator(np.random.PCG64(prop)),
-                                np.random.Generator(np.random.PCG64(noise))))
+        noise_stream: np.random.Generator | SecureNoise = (
+            SecureNoise() if seed is None else np.random.Generator(np.random.PCG64(noise)))
+        out.append(ChainStreams(np.random.Generator(np.random.PCG64(prop)), noise_stream))
     return out

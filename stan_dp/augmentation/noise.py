@@ -19,7 +19,10 @@ replaced by another (the neighbouring relation of the seed's S-4 example,
 whose Laplace scale is 2K/ε for K one-hot tables).
 
 These classes describe an existing release; they spend no privacy budget.
-:meth:`release` draws one, for simulations and tests (the curator's side).
+:meth:`release` draws one (the curator's side): by default from the OS CSPRNG
+with exact integer samplers on a fine grid (safe against floating-point
+attacks, ``docs/noise.md``), or from a numpy generator for reproducible
+simulations.
 The samplers' own Gaussian releases are in :mod:`stan_dp.mechanisms`.
 """
 
@@ -27,9 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
+
+from stan_dp.secure_noise import SecureNoise
 
 __all__ = ["NoiseMechanism", "Laplace", "Gaussian", "DiscreteLaplace", "DiscreteGaussian"]
 
@@ -73,13 +79,42 @@ class NoiseMechanism:
         terms = np.abs(r) if self.kind == "l1" else r * r
         return -self.weight * np.sum(terms, axis=-1)
 
-    def release(self, s: Any, rng: np.random.Generator) -> np.ndarray:
-        """Draw ``s_dp = s + noise`` (simulations only: this is the curator's step)."""
+    def release(self, s: Any, rng: np.random.Generator | SecureNoise | None = None) -> np.ndarray:
+        """Draw ``s_dp = s + noise`` (the curator's step).
+
+        Parameters
+        ----------
+        s : array-like
+            The confidential statistic.
+        rng : numpy.random.Generator, SecureNoise or None
+            ``None`` (default) or a :class:`~stan_dp.secure_noise.SecureNoise`:
+            a publishable release, with noise from the OS CSPRNG drawn by exact
+            integer samplers (see ``docs/noise.md``).  A numpy generator:
+            reproducible simulations only (floating-point noise, not safe to
+            publish).
+
+        Returns
+        -------
+        ndarray
+            ``s_dp``, the shape of ``s``.
+        """
+        if rng is None:
+            rng = SecureNoise()
         s = np.asarray(s, dtype=float)
+        if isinstance(rng, SecureNoise):
+            return self._secure_release(s, rng)
         return s + self._noise(s.shape, rng)
 
     def _noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
+
+    def _secure_release(self, s: np.ndarray, rng: SecureNoise) -> np.ndarray:
+        raise NotImplementedError
+
+    def _integer_statistic(self, s: np.ndarray) -> list[int]:
+        if not (np.all(np.isfinite(s)) and np.all(s == np.round(s))):
+            raise ValueError(f"{self.name} releases integer statistics; s must be integer-valued")
+        return [int(x) for x in s.reshape(-1).tolist()]
 
     def attrs(self) -> dict[str, Any]:
         """Facts for ``InferenceData.attrs``."""
@@ -125,6 +160,11 @@ class Laplace(NoiseMechanism):
     def _noise(self, shape, rng):
         return rng.laplace(0.0, self.scale, size=shape)
 
+    def _secure_release(self, s, rng):
+        # round to the grid 2**e <= b 2**-52 and add discrete Laplace noise whose
+        # scale covers the rounding exactly: still exactly epsilon-DP
+        return rng.laplace_release(s, self.epsilon, self.sensitivity)
+
 
 @dataclass(frozen=True, init=False)
 class DiscreteLaplace(NoiseMechanism):
@@ -164,6 +204,11 @@ class DiscreteLaplace(NoiseMechanism):
         p = -math.expm1(-1.0 / self.scale)
         return (rng.geometric(p, size=shape) - rng.geometric(p, size=shape)).astype(float)
 
+    def _secure_release(self, s, rng):
+        scale = Fraction(self.sensitivity) / Fraction(self.epsilon)   # exactly Δ/ε, no rounding
+        ints = self._integer_statistic(s)
+        return np.array([x + rng.discrete_laplace(scale) for x in ints], dtype=float).reshape(s.shape)
+
 
 @dataclass(frozen=True, init=False)
 class Gaussian(NoiseMechanism):
@@ -202,6 +247,10 @@ class Gaussian(NoiseMechanism):
     def _noise(self, shape, rng):
         return rng.normal(0.0, self.scale, size=shape)
 
+    def _secure_release(self, s, rng):
+        # discrete Gaussian on the grid 2**e <= sd 2**-52 (accounting: docs/noise.md)
+        return np.asarray(rng.gaussian_release(s, self.scale), dtype=float).reshape(s.shape)
+
 
 @dataclass(frozen=True, init=False)
 class DiscreteGaussian(Gaussian):
@@ -216,6 +265,11 @@ class DiscreteGaussian(Gaussian):
         super().__init__(sd, sensitivity)
         object.__setattr__(self, "name", "discrete_gaussian")
         object.__setattr__(self, "integer", True)
+
+    def _secure_release(self, s, rng):
+        sigma2 = Fraction(self.scale) ** 2   # exact: the float sd squared as a rational
+        ints = self._integer_statistic(s)
+        return np.array([x + rng.discrete_gaussian(sigma2) for x in ints], dtype=float).reshape(s.shape)
 
     def _noise(self, shape, rng):
         sigma2 = self.scale ** 2

@@ -26,6 +26,13 @@ composed over all iterations and chains through
 multiplier: the number of iterations follows from ``(epsilon, delta)``, ``b``
 and ``n``.  Replace-one neighbours only.
 
+Noise: the batch, the test noise ``N(0, C - sigma_b^2)`` and ``V_corr`` all
+come from the chain's noise stream; in a ``seed=None`` run that is a
+:class:`~stan_dp.secure_noise.SecureNoise` (OS CSPRNG; exact discrete Gaussian
+test noise on a grid fixed by ``sqrt(C - (1 - b/n))``, which is
+data-independent, since the sd itself depends on the batch; see
+``docs/noise.md``).
+
 Batch variance above ``C``: impossible here.  The clip bounds every ``x_j``
 by ``sqrt(b)/n``, so ``sigma_b^2 <= (1 - b/n) <= 1 < C``; that is what
 Theorem 8's proof uses.  The kernel still checks it and, if it ever failed
@@ -53,6 +60,7 @@ from stan_dp.samplers.barker_correction import (
     correction_distribution,
 )
 from stan_dp.samplers.proposals import Proposal, make_proposal
+from stan_dp.secure_noise import default_grid_exponent
 
 __all__ = [
     "BarkerInfo",
@@ -116,6 +124,14 @@ def build_kernel(
     corr = correction if correction is not None else correction_distribution(DEFAULT_CORRECTION_VARIANCE)
     total_variance = corr.variance
     bound = barker_clip_bound(b, n_rows)  # on T * r_j (seed 003, Theorem 8)
+    # The test-noise sd sqrt(C - sigma_b^2) depends on the batch, so the secure
+    # path's grid must not follow it: it is fixed by the data-independent lower
+    # bound sqrt(C - (1 - b/n)) (sigma_b^2 <= 1 - b/n, see the module docstring),
+    # halved for a margin against rounding in sigma_b^2.  (C <= 1, refused by
+    # barker(), leaves no such bound: the grid then follows the sd.)
+    lowest_variance = total_variance - (1.0 - b / n_rows)
+    grid_exponent = (default_grid_exponent(0.5 * math.sqrt(lowest_variance))
+                     if lowest_variance > 0.0 else None)
 
     def decide(state: mb.MinibatchState, move: Any, accepted: bool, new_state) -> mb.MinibatchState:
         aux = proposal.update_aux(state.aux, move, accepted)
@@ -138,7 +154,8 @@ def build_kernel(
         if not variance > 0.0:  # pragma: no cover - impossible: batch_var <= 1 < C
             return (decide(state, move, False, None),
                     BarkerInfo(0.0, False, move.step, True, n_clipped / b, batch_var))
-        released = gaussian_release(rng_noise, estimate, math.sqrt(variance))  # the only data release
+        released = gaussian_release(rng_noise, estimate, math.sqrt(variance),  # the only data release
+                                    grid_exponent=grid_exponent)
         lambda_tilde = released + (log_prior_new - state.log_prior) + move.log_q_ratio
         accepted = bool(lambda_tilde + corr.sample(rng_noise) > 0.0)
         new = decide(state, move, accepted,

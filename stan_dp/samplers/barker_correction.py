@@ -55,6 +55,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, sparse, special, stats
 
+from stan_dp.secure_noise import SecureNoise
+
 __all__ = [
     "LOGISTIC_VARIANCE",
     "DEFAULT_CORRECTION_VARIANCE",
@@ -101,9 +103,19 @@ class CorrectionDistribution:
         cum = np.cumsum(self.weights)
         return cum / cum[-1]
 
-    def sample(self, rng: np.random.Generator) -> float:
-        """One draw of :math:`V_{corr}`."""
-        k = int(np.searchsorted(self._cumulative, rng.random(), side="right"))
+    def sample(self, rng: np.random.Generator | SecureNoise) -> float:
+        r"""One draw of :math:`V_{corr}`.
+
+        From the chain's noise stream: a numpy generator in seeded runs, a
+        :class:`~stan_dp.secure_noise.SecureNoise` (OS CSPRNG, a uniform of
+        53-bit resolution) when ``seed=None``.  Floating-point attacks do not
+        apply: :math:`V_{corr}` is data-independent and takes finitely many
+        values; the accept decision is post-processing of the released
+        :math:`\tilde\lambda`, whatever the law of :math:`V_{corr}`, and
+        the atom probabilities are realised to within ``2**-53`` each.
+        """
+        u = rng.random()
+        k = int(np.searchsorted(self._cumulative, u, side="right"))
         return float(self.atoms[min(k, self.atoms.size - 1)])
 
     def prob_greater(self, x: float) -> float:

@@ -20,7 +20,9 @@ the seed, which underestimates the variance by a factor ``(b-1)/b``
 (0.2 % at ``b = 500``).
 
 The batch indices are drawn from the chain's *noise* stream: subsampling
-amplification needs them secret, and they never leave the sampler.
+amplification needs them secret, and they never leave the sampler.  In a
+``seed=None`` run that stream is a :class:`~stan_dp.secure_noise.SecureNoise`
+(exactly uniform subsets from the OS CSPRNG, see ``docs/noise.md``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 
 from stan_dp.density import RowDensity
 from stan_dp.inference import validate_positive
+from stan_dp.secure_noise import SecureNoise
 
 __all__ = [
     "MinibatchState",
@@ -90,8 +93,18 @@ def resolve_temperature(temperature: object, n0: object, n_rows: int) -> float:
     return m / n_rows
 
 
-def draw_batch(rng_noise: np.random.Generator, n_rows: int, batch_size: int) -> np.ndarray:
-    """``batch_size`` distinct row indices, uniformly without replacement, sorted (O(b) time)."""
+def draw_batch(rng_noise: np.random.Generator | SecureNoise, n_rows: int, batch_size: int) -> np.ndarray:
+    """``batch_size`` distinct row indices, uniformly without replacement, sorted (O(b) time).
+
+    The batch is part of the privacy mechanism (amplification by subsampling
+    needs it secret and uniform).  A :class:`~stan_dp.secure_noise.SecureNoise`
+    stream (``seed=None``) draws it with Floyd's algorithm from exact uniform
+    integers of the OS CSPRNG: every subset has probability exactly
+    ``1 / C(n, b)``, no floating point involved.  A numpy generator (seeded
+    runs) uses ``choice`` as before.
+    """
+    if isinstance(rng_noise, SecureNoise):
+        return rng_noise.sample_without_replacement(n_rows, batch_size)
     return np.sort(rng_noise.choice(n_rows, batch_size, replace=False))
 
 
