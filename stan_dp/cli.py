@@ -12,7 +12,8 @@ Subcommands
     otherwise Stan's NUTS compiled from the bundled toolchain).
 ``stan-dp compare fit.nc ref.nc [--plot out.png]``
     The comparison table (means, sds, standardised mean error, sd ratio,
-    coverage), MMD and the privacy report; optionally an overlay plot.
+    Wasserstein-1 distance, coverage, R-hat and ESS of the private draws), the
+    headline, MMD and the privacy report; optionally an overlay plot.
 ``stan-dp demo``
     The main job: a private fit of the bundled logistic regression on
     simulated data next to its non-private reference, with the comparison,
@@ -133,11 +134,10 @@ def _sampler_kwargs(fn, args: argparse.Namespace) -> dict:
 
 
 def print_privacy_report(attrs) -> None:
-    """Print the privacy facts of a private fit."""
-    print("privacy report")
-    for key in PRIVACY_KEYS:
-        if key in attrs and attrs[key] not in ("", None):
-            print(f"  {key:22s} {attrs[key]}")
+    """Print the privacy facts of a private fit, floats to 4 significant digits."""
+    from stan_dp.report import format_report
+
+    print(format_report("privacy report", attrs, PRIVACY_KEYS))
 
 
 def _print_fit(fit) -> None:
@@ -205,12 +205,14 @@ def report_comparison(private, reference, *, plot: str | Path | None, var_names=
     from stan_dp import compare
 
     result = compare(private, reference, var_names=var_names)
-    print("private fit vs non-private reference "
-          f"(std_mean_error = (mean - ref_mean) / ref_sd; coverage = share of reference draws "
-          f"inside the private {result.interval:.0%} interval)")
+    print("private fit vs non-private reference, one row per component (Stan's 1-based names)\n"
+          "  std_mean_error = (mean - ref_mean) / ref_sd; sd_ratio = sd / ref_sd; "
+          "w1 = Wasserstein-1 distance in reference sds\n"
+          f"  coverage = share of reference draws inside the central {result.interval:.0%} of the "
+          "private draws; rhat, ess_bulk: mixing of the private draws")
     print(result)
     print()
-    print_privacy_report(private.posterior.attrs)
+    print_privacy_report(result.privacy)
     if plot:
         print(f"plot: {result.plot(plot)}")
 
@@ -325,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("fit", help="the private fit (netCDF)")
     cmp.add_argument("reference", help="the reference fit (netCDF)")
     cmp.add_argument("--plot", default=None, help="write an overlay plot (PNG)")
-    cmp.add_argument("--var-names", nargs="+", default=None, help="variables to compare")
+    cmp.add_argument("--var-names", nargs="+", default=None,
+                     help="variables (beta) or components (beta[2]) to compare (default: all)")
     cmp.set_defaults(func=cmd_compare)
 
     demo = sub.add_parser("demo", help="the main job: a private fit next to its non-private reference")
