@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["SIGNIFICANT_DIGITS", "format_value", "format_report"]
+__all__ = ["SIGNIFICANT_DIGITS", "format_value", "format_report", "stan_labels", "stan_summary"]
 
 SIGNIFICANT_DIGITS = 4
 """Significant digits of floats in printed reports."""
@@ -78,3 +78,58 @@ def format_report(title: str, attrs: Mapping[str, Any], keys: Iterable[str] | No
         if key in attrs and attrs[key] not in ("", None):
             lines.append(f"  {key:{width}s} {format_value(attrs[key], digits)}")
     return "\n".join(lines)
+
+
+def stan_labels(idata: Any) -> dict[str, str]:
+    """ArviZ's component labels of a posterior mapped to Stan's 1-based names.
+
+    ``az.summary`` labels components by their coordinates (``beta[0]``,
+    ``Sigma[0, 1]``, or ``beta[school_a]`` with named coordinates); Stan,
+    CmdStan and posteriordb call them ``beta[1]`` and ``Sigma[1,2]``.
+
+    Parameters
+    ----------
+    idata : InferenceData or xarray.Dataset
+        A fit (its ``posterior`` group) or a posterior dataset with
+        ``chain`` and ``draw`` dimensions.
+
+    Returns
+    -------
+    dict
+        ``{"beta[0]": "beta[1]", "Sigma[0, 1]": "Sigma[1,2]", ...}``.
+    """
+    from stan_dp.diagnostics import stan_name
+
+    post = getattr(idata, "posterior", idata)
+    labels: dict[str, str] = {}
+    for name in post.data_vars:
+        da = post[name]
+        dims = [d for d in da.dims if d not in ("chain", "draw")]
+        shape = tuple(da.sizes[d] for d in dims)
+        for idx in np.ndindex(*shape):
+            coords = [da.coords[d].values[i] if d in da.coords else i for d, i in zip(dims, idx)]
+            arviz_label = f"{name}[{', '.join(str(c) for c in coords)}]" if dims else str(name)
+            labels[arviz_label] = stan_name(str(name), idx)
+    return labels
+
+
+def stan_summary(idata: Any, **kwargs: Any):
+    """``arviz.summary`` with rows labelled by Stan's 1-based names (``beta[1]``).
+
+    Parameters
+    ----------
+    idata : InferenceData
+        A fit.
+    **kwargs
+        Passed to ``arviz.summary`` (``kind="stats"``, ``var_names=...``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ArviZ's summary, its index renamed by :func:`stan_labels`.
+    """
+    from stan_dp.output import _import_arviz
+
+    az = _import_arviz()
+    table = az.summary(idata, **kwargs)
+    return table.rename(index=stan_labels(idata))

@@ -514,3 +514,20 @@ def test_privacy_report_rounds_to_four_significant_digits(capsys):
                       "seeded": "1"}
     assert format_value([0.123456, 2]) == "[0.1235, 2]"
     assert format_value(True) == "True" and format_value(float("nan")) == "nan"
+
+
+def test_stan_summary_labels_rows_with_stan_names():
+    """A helper for the sample/reference printouts: az.summary's rows in Stan's 1-based names."""
+    import arviz as az
+
+    from stan_dp.report import stan_summary
+
+    rng = np.random.default_rng(18)
+    idata = az.from_dict(posterior={"alpha": rng.normal(size=(2, 50)),
+                                    "Sigma": rng.normal(size=(2, 50, 2, 3)) + np.arange(6).reshape(2, 3),
+                                    "b": rng.normal(size=(2, 50, 2))},
+                         coords={"school": ["x", "y"]}, dims={"b": ["school"]})
+    table = stan_summary(idata, kind="stats")
+    assert sorted(table.index) == sorted(["alpha", "b[1]", "b[2]"] + [
+        f"Sigma[{i},{j}]" for i in (1, 2) for j in (1, 2, 3)])
+    assert table.loc["Sigma[2,1]", "mean"] == pytest.approx(3.0, abs=0.5)
