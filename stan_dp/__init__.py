@@ -2,6 +2,9 @@
 
 The public entry points are re-exported here:
 
+- :func:`sample` is the one call: a Stan model, data and a budget in, a
+  private posterior out (private adaptation, noise-aware Gaussian), with
+  :class:`UtilityWarning` when the result is less accurate than it looks;
 - :func:`compile_model` compiles a Stan program into a model library;
 - :class:`RowModel` gives per-row log-likelihoods and gradients;
 - :func:`penalty` and :func:`penalty_expfamily` are the private penalty
@@ -41,10 +44,14 @@ from stan_dp.augmentation import (  # noqa: E402
     new_privacy,
 )
 from stan_dp.samplers.augmentation import augmented_sample  # noqa: E402
+from stan_dp.auto import sample  # noqa: E402
+from stan_dp.honesty import UtilityWarning  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
+    "sample",
+    "UtilityWarning",
     "__version__",
     "compile_model",
     "RowModel",

@@ -38,6 +38,7 @@ from stan_dp.accounting import (
 )
 from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, curve_max_steps
 from stan_dp.accounting.validation import check_relation
+from stan_dp.honesty import chain_diagnostics, emit, mixing_warnings
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws
 
@@ -505,4 +506,14 @@ def run(
         attrs.update(spec.attrs_for(resolved))
     logger.info("%s: %d chains x %d iterations, noise multiplier %.4g, epsilon spent %.4g",
                 spec.name, chains, total, resolved.noise_multiplier, resolved.epsilon_spent)
+    # Honest output: diagnostics of the released post-warm-up draws only.
+    kept = {k: np.asarray(v)[:, warmup:] for k, v in draws.items()}
+    acceptance = stats.get("acceptance_rate")
+    diag = chain_diagnostics(kept, None if acceptance is None else np.asarray(acceptance)[:, warmup:])
+    attrs["max_rhat"] = diag["max_rhat"]
+    attrs["min_ess_bulk"] = diag["min_ess_bulk"]
+    attrs["acceptance_per_chain"] = ",".join(f"{a:.4g}" for a in diag["acceptance"])
+    attrs["mixed"] = not mixing_warnings(diag)
+    emit(mixing_warnings(diag), attrs, stacklevel=4)
+    attrs.setdefault("warnings", "")
     return build_inference_data(draws, stats, warmup=warmup, attrs=attrs)

@@ -1,0 +1,363 @@
+"""Private mode and curvature: damped Newton in a learned frame, averaged one-step estimates.
+
+The search works in a *frame* ``A`` (a ``d x d`` matrix; local coordinates
+``u`` with ``theta = theta_k + A u``) that it learns as it goes, so that the
+clip bounds can be the public forecast of :mod:`stan_dp.adaptation.forecast`
+instead of a guess in the model's own units.  In the posterior's own frame
+(``A A' = Sigma``) a regular model's per-row scores have norms
+``~ sqrt(chi2_d / n)`` and its per-row Hessians Frobenius norms
+``~ chi2_d / n``, whatever the units of the data (metres or kilometres, an
+offset predictor correlated with the intercept: a full-matrix frame absorbs
+any affine reparametrisation).
+
+Steps (every data access a Gaussian release written to the ledger):
+
+1. **Scale** at the initial point: a private median of ``|grad_j loglik_i|``
+   for every coordinate (:func:`~stan_dp.adaptation.quantile.private_quantiles`)
+   gives the initial diagonal frame ``A_0 = diag(1 / (1.5 sqrt(n) t_j))``
+   (Fisher information ``~ n E g_j^2`` and ``rms ~ 1.5 median`` for a
+   normal-like spread); a coordinate whose median is zero (rows mostly
+   do not depend on it, e.g. a group effect) starts at scale 1.
+2. **Rounds** ``k = 0..K-1`` at ``theta_k`` in frame ``A_k``: release
+   ``G = sum_i clip_{C_g}(A_k' g_i)`` and ``H = sum_i clip_{C_H}(-A_k' H_i A_k)``
+   (per-row Hessians by central differences of per-row gradients along the
+   frame's axes, symmetrised; Frobenius clip), add the exact prior terms
+   (public), and make ``H`` positive definite by *shrinking* its eigenvalues
+   towards the current frame's (``1``) by their signal-to-noise ratio
+   (``lambda' = 1 + (lambda - 1)(1 - tau^2 / (lambda - 1)^2)_+`` with ``tau``
+   twice the noise's spectral norm), taking absolute values (saddle-free
+   Newton) and bounding them to ``[1e-3, 1e8]``: a noisy release cannot
+   shrink or blow up the frame by noise alone.  The one-step estimate
+   ``theta_k + A_k H^-1 G`` is recorded with its noise covariance
+   ``A_k H^-1 (s_G^2 I) H^-1 A_k'``; the chain of points moves to it within a
+   trust region (frame units, grown x4 whenever it binds, shrunk x4 after an
+   overshoot: the released directional derivative at the new point points
+   back) and a public cap on each unconstrained coordinate
+   (:attr:`AdaptationSettings.max_step`); the frame becomes
+   ``A_{k+1} = A_k Q Lambda^{-1/2}`` (``H = Q Lambda Q'``).
+3. **Average** the one-step estimates of the trailing rounds whose step was
+   neither capped nor an overshoot (inverse-noise-covariance weights): the
+   mode; the average of their curvatures, mapped to ``theta`` space and
+   inverted: the covariance.  If fewer than two rounds qualify the search
+   did not settle, and the result says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from stan_dp.accounting import Release
+from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
+from stan_dp.adaptation.quantile import private_quantiles
+from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum
+
+__all__ = [
+    "AdaptationSettings",
+    "AdaptationResult",
+    "prior_gradient",
+    "prior_neg_hessian",
+    "private_mode",
+    "noise_multipliers",
+    "adaptation_releases",
+]
+
+
+class AdaptationSettings(NamedTuple):
+    """Tuning constants of :func:`private_mode` (data-independent)."""
+
+    rounds: int = 20
+    """Newton rounds (each one gradient and one curvature release)."""
+    kappa: float = 4.0
+    """Gradient clip bound in the frame, as a multiple of ``C_w = sqrt(chi2_{d,0.9} / n)``."""
+    kappa_hessian: float = 3.0
+    """Curvature clip bound in the frame, as a multiple of ``chi2_{d,0.9} / n``."""
+    quantile_share: float = 0.05
+    """Share of the adaptation budget (PLD mean) for the initial scale."""
+    quantile_rounds: int = 12
+    """Binary-search rounds of the initial scale."""
+    hessian_share: float = 0.25
+    """Share of each round's gradient and curvature budget for the curvature release."""
+    clip_share: float = 0.1
+    """Share of each round's budget for the private medians that raise the clip bounds."""
+    clip_rounds: int = 7
+    """Binary-search rounds of those medians (over ``2^-20 .. 2^60`` times the forecast)."""
+    kappa_far: float = 3.0
+    """Clip bounds are at least ``kappa_far`` times the private median of the norms."""
+    max_step: float = math.inf
+    """Largest move of any unconstrained coordinate in one round (public cap)."""
+    collapse: float = 0.01
+    """A round whose released curvature trace falls below ``collapse * d`` (and below its
+    noise) after a full step counts as a collapse: the step is taken back."""
+    fd_step: float = 1e-3
+    """Central-difference step for per-row Hessians, in frame units."""
+
+
+class AdaptationResult(NamedTuple):
+    """What the private adaptation found (all post-processing of releases)."""
+
+    mode: np.ndarray
+    """Private mode (unconstrained)."""
+    covariance: np.ndarray
+    """Inverse of the averaged private curvature (posterior covariance estimate)."""
+    noise_covariance: np.ndarray
+    """Covariance of the privacy noise in :attr:`mode`."""
+    frame: np.ndarray
+    """``A`` with ``A A' = covariance`` (symmetric square root)."""
+    grad_clip: float
+    """Gradient clip bound used in the frame (public)."""
+    ledger: Ledger
+    rounds_averaged: int
+    settled: bool
+    """At least two trailing rounds qualified for the average."""
+    path: np.ndarray
+    """The search's points ``theta_k`` (post-processing of releases)."""
+
+
+def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str, float]:
+    """Noise multipliers of the adaptation's releases for a PLD-mean budget (data-independent).
+
+    The budget ``pld_mean = sum 1 / (2 z^2)`` is split: ``quantile_share`` for
+    the initial scale (``quantile_rounds`` count releases), the rest equally
+    over the rounds; in each round ``clip_share`` for the clip medians
+    (``clip_rounds`` count releases) and the remainder between the gradient
+    and (``hessian_share``) the curvature release.
+    """
+    s = settings
+    m_quantile = s.quantile_share * pld_mean
+    m_round = (1.0 - s.quantile_share) * pld_mean / s.rounds
+    m_data = m_round * (1.0 - s.clip_share)
+    return {
+        "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
+        "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
+        "gradient": 1.0 / math.sqrt(2.0 * m_data * (1.0 - s.hessian_share)),
+        "curvature": 1.0 / math.sqrt(2.0 * m_data * s.hessian_share),
+    }
+
+
+def adaptation_releases(pld_mean: float, settings: AdaptationSettings) -> list[Release]:
+    """Every release :func:`private_mode` makes, as accounting lines (data-independent)."""
+    z = noise_multipliers(pld_mean, settings)
+    s = settings
+    return [Release(z["scale"], s.quantile_rounds), Release(z["clip"], s.rounds * s.clip_rounds),
+            Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
+
+
+def prior_gradient(density: Any, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """Log prior and its gradient (the model's ``log_prior_grad`` or central differences).
+
+    The prior is data-independent, so neither path touches the data.
+    """
+    fn = getattr(density, "log_prior_grad", None)
+    if callable(fn):
+        value, grad = fn(theta)
+        return float(value), np.asarray(grad, dtype=float)
+    value = float(density.log_prior(theta))
+    grad = np.empty(theta.size)
+    for k in range(theta.size):
+        h = 1e-6 * max(1.0, abs(theta[k]))
+        up, down = theta.copy(), theta.copy()
+        up[k] += h
+        down[k] -= h
+        grad[k] = (float(density.log_prior(up)) - float(density.log_prior(down))) / (2 * h)
+    return value, grad
+
+
+def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
+    """``-A' (d^2 log prior) A`` by central differences of the prior gradient along the frame."""
+    d = theta.size
+    out = np.empty((d, d))
+    for j in range(d):
+        _, up = prior_gradient(density, theta + h * frame[:, j])
+        _, down = prior_gradient(density, theta - h * frame[:, j])
+        out[:, j] = -(frame.T @ (up - down)) / (2.0 * h)
+    out = 0.5 * (out + out.T)
+    out[~np.isfinite(out)] = 0.0
+    return out
+
+
+def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
+    """Per-row ``-A' H_i A`` (shape ``(n, d, d)``), symmetrised; non-finite entries zeroed."""
+    d = theta.size
+    cols = []
+    with np.errstate(all="ignore"):
+        for j in range(d):
+            _, up = density.row_log_lik_grad(theta + h * frame[:, j])
+            _, down = density.row_log_lik_grad(theta - h * frame[:, j])
+            diff = (np.asarray(up, dtype=float) - np.asarray(down, dtype=float)) @ frame
+            cols.append(-diff / (2.0 * h))
+        mats = np.stack(cols, axis=2)
+        mats = 0.5 * (mats + np.transpose(mats, (0, 2, 1)))
+    mats[~np.isfinite(mats)] = 0.0
+    return mats
+
+
+def _shrunk_eigen(h: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """Eigen-decomposition of ``h`` with eigenvalues shrunk towards 1 by their noise ``tau``."""
+    h = np.where(np.isfinite(h), h, 0.0)
+    lam, q = np.linalg.eigh(0.5 * (h + h.T))
+    dev = lam - 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = np.clip(1.0 - tau**2 / np.maximum(dev * dev, 1e-300), 0.0, 1.0)
+    lam = np.abs(1.0 + dev * keep)
+    return np.clip(lam, 1e-3, 1e8), q
+
+
+def private_mode(
+    density: Any,
+    *,
+    n_public: int,
+    pld_mean: float,
+    relation: str,
+    rng_noise: np.random.Generator,
+    init: np.ndarray,
+    settings: AdaptationSettings = AdaptationSettings(),
+    trace: list | None = None,
+) -> AdaptationResult:
+    """Private mode, curvature and frame of ``density`` with PLD-mean budget ``pld_mean``.
+
+    Parameters
+    ----------
+    density : RowDensity
+        Needs ``row_log_lik_grad`` and ``log_prior`` (``log_prior_grad`` used if present).
+    n_public : int
+        Row count used in the public bounds (public under replace-one; under
+        add/remove a value the user declared public).
+    pld_mean : float
+        Budget of the whole adaptation as a PLD mean ``sum 1 / (2 z^2)``.
+    relation : str
+        Neighbouring relation.
+    rng_noise : numpy.random.Generator
+        Privacy noise stream.
+    init : ndarray
+        Data-independent starting point (unconstrained).
+    settings : AdaptationSettings
+        Tuning constants.
+    trace : list, optional
+        If given, one dict per round is appended (released quantities only).
+
+    Returns
+    -------
+    AdaptationResult
+    """
+    s = settings
+    d = int(density.dim)
+    ledger = Ledger(relation)
+    m_quantile = s.quantile_share * pld_mean
+    m_round = (1.0 - s.quantile_share) * pld_mean / s.rounds
+    z_q = math.sqrt(s.quantile_rounds / (2.0 * m_quantile))
+    m_data = m_round * (1.0 - s.clip_share)
+    z_c = math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share))
+    z_g = 1.0 / math.sqrt(2.0 * m_data * (1.0 - s.hessian_share))
+    z_h = 1.0 / math.sqrt(2.0 * m_data * s.hessian_share)
+    c_g = s.kappa * whitened_grad_scale(n_public, d)
+    c_h = s.kappa_hessian * whitened_hessian_scale(n_public, d)
+
+    theta = np.array(init, dtype=float)
+    _, grads = density.row_log_lik_grad(theta)
+    with np.errstate(invalid="ignore"):
+        magnitudes = np.abs(np.asarray(grads, dtype=float).reshape(-1, d))
+    t, at_floor = private_quantiles(rng_noise, magnitudes, tail=0.5, n_public=n_public,
+                                    rounds=s.quantile_rounds, noise_multiplier=z_q, ledger=ledger,
+                                    what="scale count")
+    scale = 1.0 / (1.5 * math.sqrt(n_public) * t)
+    scale = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
+    frame = np.diag(scale)
+
+    rounds: list[dict[str, Any]] = []
+    path = [theta.copy()]
+    previous: dict[str, Any] | None = None
+    for k in range(s.rounds):
+        _, grads = density.row_log_lik_grad(theta)
+        with np.errstate(all="ignore"):
+            whitened = np.asarray(grads, dtype=float).reshape(-1, d) @ frame
+        mats = _row_neg_hessians(density, theta, frame, s.fd_step)
+        # Far from the mode (or in a frame that is still wrong) the rows are
+        # larger than the public forecast: a private median of both norms
+        # raises the clip bounds so that the step is not throttled by
+        # clipping; near the mode the forecast bounds apply.
+        with np.errstate(all="ignore"):
+            norms = np.column_stack([np.linalg.norm(np.where(np.isfinite(whitened), whitened, 0.0), axis=1),
+                                     np.linalg.norm(mats.reshape(len(mats), -1), axis=1)])
+        medians, _ = private_quantiles(rng_noise, norms / np.array([c_g, c_h]), tail=0.5,
+                                       n_public=n_public, rounds=s.clip_rounds, noise_multiplier=z_c,
+                                       ledger=ledger, what=f"clip count, round {k}",
+                                       log2_range=(-20.0, 60.0))
+        bound_g = c_g * max(1.0, s.kappa_far * float(medians[0]))
+        bound_h = c_h * max(1.0, s.kappa_far * float(medians[1]))
+        g_rel, _ = clipped_vector_sum(rng_noise, whitened, bound_g, z_g, ledger, f"gradient sum, round {k}")
+        sd_g = ledger.entries[-1].noise_sd
+        h_rel, sd_h = clipped_matrix_sum(rng_noise, mats, bound_h, z_h, ledger, f"curvature sum, round {k}")
+        _, pg = prior_gradient(density, theta)
+        grad = g_rel + frame.T @ np.where(np.isfinite(pg), pg, 0.0)
+        hess = h_rel + prior_neg_hessian(density, theta, frame, s.fd_step)
+        tau = 2.0 * sd_h * math.sqrt(2.0 * d)
+        lam, q = _shrunk_eigen(hess, tau)
+        du = q @ ((q.T @ grad) / lam)
+        h_inv = (q / lam) @ q.T
+        inv_frame = np.linalg.inv(frame)
+
+        # Did the previous full step go too far?  The released directional
+        # derivative here points back (overshoot), or the released curvature
+        # collapsed (rows left their domain or saturated): step back instead.
+        overshoot = collapse = False
+        if previous is not None and previous["full"] and not previous["near"]:
+            back = inv_frame @ previous["move"]
+            slope = float(grad @ back)
+            overshoot = (slope < -2.0 * sd_g * float(np.linalg.norm(back))
+                         and slope < -0.5 * previous["slope"])
+            collapse = float(np.trace(h_rel)) < s.collapse * d and float(np.trace(h_rel)) < tau
+        if overshoot or collapse:
+            t = 0.25
+            if overshoot and not collapse and previous["slope"] > 0:
+                t = previous["slope"] / (previous["slope"] - slope)
+            t = float(np.clip(t, 0.1, 0.5))
+            move = t * previous["move"]
+            theta = previous["theta"] + move
+            frame = previous["frame"]
+            previous = {"theta": previous["theta"], "frame": frame, "move": move, "full": False,
+                        "slope": previous["slope"] * t, "near": False}
+            rounds.append({"ok": False})
+        else:
+            move = frame @ du
+            biggest = float(np.max(np.abs(move))) if move.size else 0.0
+            capped = biggest > s.max_step
+            if capped:
+                move *= s.max_step / biggest
+            noise_level = sd_g * math.sqrt(float(np.sum(h_inv * h_inv)))
+            near = float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d))
+            rounds.append({"ok": near and not capped, "one_step": theta + frame @ du,
+                           "noise_cov": sd_g**2 * frame @ h_inv @ h_inv @ frame.T,
+                           "curvature": inv_frame.T @ ((q * lam) @ q.T) @ inv_frame})
+            previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
+                        "slope": float(grad @ (inv_frame @ move)), "near": near}
+            theta = theta + move
+            frame = frame @ (q / np.sqrt(lam))
+        if trace is not None:
+            trace.append({"theta": path[-1], "step": move.copy(), "overshoot": overshoot,
+                          "collapse": collapse, "eig": lam.copy(), "ok": rounds[-1]["ok"],
+                          "frame_sd": np.sqrt(np.diag(frame @ frame.T))})
+        path.append(theta.copy())
+
+    tail = []
+    for r in reversed(rounds):
+        if not r["ok"]:
+            break
+        tail.append(r)
+    settled = len(tail) >= 2
+    if not tail:
+        usable = [r for r in rounds if "one_step" in r]
+        tail = usable[-1:]
+    precisions = [np.linalg.pinv(r["noise_cov"]) for r in tail]
+    total = np.sum(precisions, axis=0)
+    noise_cov = np.linalg.pinv(total)
+    mode = noise_cov @ np.sum([p @ r["one_step"] for p, r in zip(precisions, tail)], axis=0)
+    curvature = np.mean([r["curvature"] for r in tail], axis=0)
+    lam, q = np.linalg.eigh(0.5 * (curvature + curvature.T))
+    lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
+    covariance = (q / lam) @ q.T
+    frame = (q / np.sqrt(lam)) @ q.T
+    return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
+                            len(tail), settled, np.array(path))

@@ -1,0 +1,134 @@
+"""The adaptation's mechanisms and its ledger of releases.
+
+Every data access of the private adaptation goes through one of three
+Gaussian mechanisms here, and each call is written to a :class:`Ledger`:
+
+* :func:`noisy_counts` — a vector of per-coordinate counts
+  ``#{i : |a_ij| > t_j}``; a row moves each count by at most 1 under either
+  relation, so the L2 sensitivity is ``sqrt(k)`` for ``k`` counts;
+* :func:`clipped_vector_sum` — ``sum_i clip_C(v_i)`` (each row projected on
+  the L2 ball of radius ``C``): sensitivity ``f C`` with ``f = 2``
+  (replace-one) or ``1`` (add/remove);
+* :func:`clipped_matrix_sum` — ``sum_i clip_C(S_i)`` for symmetric per-row
+  matrices clipped in Frobenius norm: sensitivity ``f C`` in the Frobenius
+  norm, released as ``S + (E + E') / 2`` with ``E`` i.i.d. ``N(0, s^2)``,
+  which is exactly the Gaussian mechanism with sd ``s`` on the vector
+  ``(diag S, sqrt(2) upper(S))`` whose L2 norm is the Frobenius norm (diagonal
+  noise sd ``s``, off-diagonal ``s / sqrt(2)``).
+
+The ledger's :meth:`Ledger.releases` is what the budget composes; every
+release is a plain Gaussian, so the composition is exact (PLD mean
+``sum 1 / (2 z^2)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stan_dp.accounting import Release, sensitivity_factor
+from stan_dp.mechanisms import clamp_rows_l2, gaussian_release
+
+__all__ = ["LedgerEntry", "Ledger", "noisy_counts", "clipped_vector_sum", "clipped_matrix_sum"]
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One release of the adaptation."""
+
+    what: str
+    """What was released (e.g. ``"gradient sum, round 3"``)."""
+    noise_multiplier: float
+    """``z = noise sd / sensitivity``."""
+    sensitivity: float
+    """L2 sensitivity under the run's relation."""
+
+    @property
+    def noise_sd(self) -> float:
+        """Noise standard deviation of the release."""
+        return self.noise_multiplier * self.sensitivity
+
+
+@dataclass
+class Ledger:
+    """Every release the adaptation made, in order."""
+
+    relation: str
+    entries: list[LedgerEntry] = field(default_factory=list)
+
+    def add(self, what: str, noise_multiplier: float, sensitivity: float) -> float:
+        """Record a release; return its noise sd."""
+        entry = LedgerEntry(what, float(noise_multiplier), float(sensitivity))
+        self.entries.append(entry)
+        return entry.noise_sd
+
+    def releases(self) -> list[Release]:
+        """The entries as accounting :class:`~stan_dp.accounting.Release` lines."""
+        return [Release(e.noise_multiplier) for e in self.entries]
+
+    def pld_mean(self) -> float:
+        """``sum 1 / (2 z^2)`` over the entries (exact composition of Gaussians)."""
+        return float(sum(0.5 / e.noise_multiplier**2 for e in self.entries))
+
+    def summary(self) -> str:
+        """One line per kind of release: count and noise multiplier range."""
+        kinds: dict[str, list[float]] = {}
+        for e in self.entries:
+            kinds.setdefault(e.what.split(",")[0], []).append(e.noise_multiplier)
+        return "; ".join(f"{k}: {len(z)} x z={min(z):.4g}" + (f"..{max(z):.4g}" if max(z) > min(z) else "")
+                         for k, z in kinds.items())
+
+
+def noisy_counts(rng_noise: np.random.Generator, values: np.ndarray, thresholds: np.ndarray,
+                 noise_multiplier: float, ledger: Ledger, what: str) -> np.ndarray:
+    """Release ``#{i : values[i, j] > thresholds[j]}`` for every column ``j``, with noise.
+
+    Non-finite values count as above any threshold (``+inf``) or never
+    (``NaN``): either way a row changes each count by at most one.
+    """
+    v = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        counts = np.sum(v > np.asarray(thresholds, dtype=float)[None, :], axis=0).astype(float)
+    sd = ledger.add(what, noise_multiplier, float(np.sqrt(v.shape[1])))
+    return np.asarray(gaussian_release(rng_noise, counts, sd), dtype=float)
+
+
+def clipped_vector_sum(rng_noise: np.random.Generator, rows: np.ndarray, bound: float,
+                       noise_multiplier: float, ledger: Ledger, what: str) -> tuple[np.ndarray, int]:
+    """Release ``sum_i clip_bound(rows[i]) + N(0, (z f bound)^2 I)``.
+
+    Returns the release and the number of clipped rows (NOT private: for
+    internal diagnostics in tests only; it never leaves the adaptation).
+    """
+    clipped, n_clipped = clamp_rows_l2(np.asarray(rows, dtype=float), bound)
+    sd = ledger.add(what, noise_multiplier, sensitivity_factor(ledger.relation) * bound)
+    return np.asarray(gaussian_release(rng_noise, clipped.sum(axis=0), sd), dtype=float), n_clipped
+
+
+def clipped_matrix_sum(rng_noise: np.random.Generator, mats: np.ndarray, bound: float,
+                       noise_multiplier: float, ledger: Ledger, what: str) -> tuple[np.ndarray, float]:
+    """Release the sum of symmetric per-row matrices clipped in Frobenius norm.
+
+    Parameters
+    ----------
+    mats : ndarray, shape (n, d, d)
+        Symmetric per-row matrices.
+    bound : float
+        Frobenius clip bound ``C``.
+
+    Returns
+    -------
+    released : ndarray, shape (d, d)
+        ``sum_i clip(S_i) + (E + E') / 2``, symmetric.
+    noise_sd : float
+        ``s``: the diagonal noise sd (off-diagonal ``s / sqrt(2)``).
+    """
+    m = np.asarray(mats, dtype=float)
+    n, d, _ = m.shape
+    clipped, _ = clamp_rows_l2(m.reshape(n, d * d), bound)
+    total = clipped.sum(axis=0).reshape(d, d)
+    total = 0.5 * (total + total.T)
+    sd = ledger.add(what, noise_multiplier, sensitivity_factor(ledger.relation) * bound)
+    noise = np.asarray(gaussian_release(rng_noise, np.zeros((d, d)), sd), dtype=float)
+    return total + 0.5 * (noise + noise.T), sd

@@ -1,0 +1,110 @@
+"""Honest output: diagnostics of released draws and the warnings stan_dp raises.
+
+Everything here is post-processing of what a private run released (the
+draws, the released acceptance probabilities) or a forecast from public facts,
+so it may be published with the fit.  A run that did not mix, whose chains
+disagree, or whose budget cannot buy an accurate answer says so with a
+:class:`UtilityWarning` and in ``attrs["warnings"]``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = [
+    "UtilityWarning",
+    "RHAT_LIMIT",
+    "MIN_BULK_ESS",
+    "chain_diagnostics",
+    "mixing_warnings",
+    "emit",
+]
+
+RHAT_LIMIT = 1.05
+"""Largest acceptable rank-normalised split R-hat (Vehtari et al. 2021 recommend 1.01 for
+final results; a private chain is judged more leniently, but above this it did not mix)."""
+MIN_BULK_ESS = 20.0
+"""Smallest acceptable bulk ESS per chain."""
+
+
+class UtilityWarning(UserWarning):
+    """A private result is less accurate than it looks (did not mix, budget too small, ...)."""
+
+
+def chain_diagnostics(draws: Mapping[str, np.ndarray], acceptance: np.ndarray | None = None) -> dict[str, Any]:
+    """R-hat, bulk ESS, acceptance per chain, and whether any chain stood still.
+
+    Parameters
+    ----------
+    draws : mapping of str to ndarray
+        Constrained draws, each ``(chain, draw, ...)``.
+    acceptance : ndarray, optional
+        Released acceptance probabilities ``(chain, draw)``.
+
+    Returns
+    -------
+    dict
+        ``max_rhat``, ``min_ess_bulk`` (over all components), ``acceptance``
+        (per-chain mean, list), ``stuck_chains`` (chains whose draws never
+        change).
+    """
+    import arviz as az
+
+    arrays = {k: np.asarray(v, dtype=float) for k, v in draws.items()}
+    flat = [a.reshape(a.shape[0], a.shape[1], -1) for a in arrays.values()]
+    x = np.concatenate(flat, axis=2) if flat else np.empty((1, 1, 0))
+    chains, n_draws, k = x.shape
+    stuck = [int(c) for c in range(chains) if n_draws > 1 and np.all(x[c] == x[c, :1])]
+    rhat = ess = float("nan")
+    if k and n_draws >= 4:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rhats, esss = [], []
+            for j in range(k):
+                comp = x[:, :, j]
+                if np.all(comp == comp.flat[0]):
+                    rhats.append(np.inf)
+                    esss.append(0.0)
+                    continue
+                rhats.append(float(az.rhat(comp)) if chains > 1 else np.nan)
+                esss.append(float(az.ess(comp, method="bulk")))
+            rhat = float(np.nanmax(rhats)) if np.any(np.isfinite(rhats)) or np.any(np.isinf(rhats)) else float("nan")
+            ess = float(np.nanmin(esss))
+    acc = [] if acceptance is None else [float(a) for a in np.nanmean(np.asarray(acceptance, dtype=float), axis=1)]
+    return {"max_rhat": rhat, "min_ess_bulk": ess, "acceptance": acc, "stuck_chains": stuck,
+            "chains": chains, "draws": n_draws}
+
+
+def mixing_warnings(diag: Mapping[str, Any]) -> list[str]:
+    """Plain-language warnings for :func:`chain_diagnostics` output (empty if the chains look fine)."""
+    out = []
+    stuck = diag.get("stuck_chains", [])
+    if stuck:
+        out.append(
+            f"{len(stuck)} of {diag['chains']} chain(s) never moved: their draws are the starting "
+            "point, not a posterior. The privacy noise is too large for this sampler at this budget; "
+            "use stan_dp.sample(..., method='gaussian') or a larger epsilon, n or fewer iterations.")
+    acc = diag.get("acceptance") or []
+    if acc and max(acc) < 0.01 and not stuck:
+        out.append(f"acceptance below 1% in every chain (max {max(acc):.3g}): the chains barely moved.")
+    rhat = diag.get("max_rhat", float("nan"))
+    if np.isfinite(rhat) and rhat > RHAT_LIMIT or np.isinf(rhat):
+        out.append(f"the chains disagree (max R-hat {rhat:.3g} > {RHAT_LIMIT}): the draws are not a "
+                   "sample from one posterior; their intervals are not credible intervals.")
+    ess = diag.get("min_ess_bulk", float("nan"))
+    if np.isfinite(ess) and ess < MIN_BULK_ESS * max(1, diag.get("chains", 1)) and not stuck:
+        out.append(f"bulk ESS is only {ess:.3g}: too few effective draws for means or intervals.")
+    return out
+
+
+def emit(messages: list[str], attrs: dict[str, Any], *, stacklevel: int = 3) -> None:
+    """Raise each message as a :class:`UtilityWarning` and append it to ``attrs["warnings"]``."""
+    existing = attrs.get("warnings", "")
+    listed = [m for m in str(existing).split("\n") if m] if existing else []
+    for message in messages:
+        warnings.warn(message, UtilityWarning, stacklevel=stacklevel)
+        listed.append(message)
+    attrs["warnings"] = "\n".join(listed)

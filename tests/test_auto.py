@@ -1,0 +1,222 @@
+"""The automatic path (``stan_dp.sample``): private adaptation, accounting, honest output.
+
+Accuracy is judged against the exact posterior mode and curvature of NumPy
+logistic regressions (Newton-polished MAP and its inverse Hessian), with
+standardised and unstandardised predictors (a column in metres around 5 km,
+one in thousands).  Tolerances come from the measured privacy noise of the
+mode: at n = 1e4, epsilon = 4 the released noise sd of the private mode is
+0.3 posterior sds per coordinate (attrs), so the worst of 4 coordinates is
+below 1.2 sd with probability > 0.99 (4 sds of that noise).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import densities
+import stan_dp
+from stan_dp.adaptation.forecast import forecast, gdp_mu, whitened_grad_scale
+from stan_dp.adaptation.newton import AdaptationSettings, adaptation_releases
+from stan_dp.adaptation.quantile import private_quantiles
+from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
+from stan_dp.honesty import UtilityWarning
+
+
+class Logistic:
+    """Logistic regression with an intercept and N(0, 10^2) priors on every coefficient."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x = np.column_stack([np.ones(len(y)), x])
+        self.y = np.asarray(y, float)
+        self.n_rows, self.dim = len(y), self.x.shape[1]
+        self.param_names = [f"b[{j + 1}]" for j in range(self.dim)]
+
+    def log_prior(self, th):
+        return float(-0.5 * np.sum(th**2) / 100.0)
+
+    def log_prior_grad(self, th):
+        return self.log_prior(th), -np.asarray(th) / 100.0
+
+    def row_log_lik_grad(self, th, rows=None):
+        eta = self.x @ th
+        return self.y * eta - np.logaddexp(0, eta), (self.y - 1 / (1 + np.exp(-eta)))[:, None] * self.x
+
+    def row_log_lik(self, th, rows=None):
+        return self.row_log_lik_grad(th)[0]
+
+    def constrain(self, th):
+        return {"b": np.asarray(th)}
+
+    def exact(self):
+        """Posterior mode and covariance (Laplace) by Newton's method."""
+        th = np.zeros(self.dim)
+        for _ in range(100):
+            p = 1 / (1 + np.exp(-(self.x @ th)))
+            g = self.x.T @ (self.y - p) - th / 100.0
+            h = (self.x * (p * (1 - p))[:, None]).T @ self.x + np.eye(self.dim) / 100.0
+            th = th + np.linalg.solve(h, g)
+        return th, np.linalg.inv(h)
+
+
+def logistic(n: int, seed: int, unstandardised: bool) -> Logistic:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 3))
+    y = rng.binomial(1, 1 / (1 + np.exp(-(0.3 + z @ np.array([0.8, -0.5, 0.3])))))
+    x = z.copy()
+    if unstandardised:
+        x[:, 0] = 5000.0 + 1000.0 * z[:, 0]  # metres
+        x[:, 1] = 1000.0 * z[:, 1]           # thousands
+    return Logistic(x, y)
+
+
+def _quiet_sample(model, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = stan_dp.sample(model, **kw)
+    return fit, [w for w in caught if issubclass(w.category, UtilityWarning)]
+
+
+@pytest.mark.parametrize("unstandardised", [False, True])
+def test_private_mode_is_as_accurate_on_unstandardised_data(unstandardised):
+    errors = []
+    for seed in range(2):
+        model = logistic(10_000, seed, unstandardised)
+        mode, cov = model.exact()
+        fit, caught = _quiet_sample(model, epsilon=4.0, delta=1e-5, seed=seed + 10, draws=2000)
+        mean = fit.posterior["b"].mean(("chain", "draw")).values
+        errors.append(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov))))
+        assert fit.attrs["search_settled"]
+        assert not caught, [str(w.message) for w in caught]
+        sd_ratio = fit.posterior["b"].std(("chain", "draw")).values / np.sqrt(np.diag(cov))
+        assert np.all(sd_ratio > 0.8) and np.all(sd_ratio < 1.6)   # widened by the noise, not shrunk
+    assert max(errors) < 1.2, errors
+
+
+def test_accounting_equals_the_closed_form_of_the_composed_gaussians():
+    model = logistic(2000, 3, True)
+    fit, _ = _quiet_sample(model, epsilon=2.0, delta=1e-6, seed=4, draws=50)
+    settings = AdaptationSettings()
+    plan = adaptation_releases(1.0, settings)
+    assert fit.attrs["releases"] == sum(r.count for r in plan)
+    # independent: PLD mean from the summary, tight delta(eps) of N(M, 2M) (Balle & Wang 2018)
+    summary = fit.attrs["release_summary"]
+    m = 0.0
+    for part in summary.split("; "):
+        count, z = part.split(": ")[1].split(" x z=")
+        m += int(count) / (2 * float(z) ** 2)
+    mu = np.sqrt(2 * m)
+
+    def delta_of(eps):
+        return stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+
+    spent = fit.attrs["epsilon_spent"]
+    assert spent <= 2.0
+    assert delta_of(spent) <= 1e-6 * (1 + 1e-3)        # (summary rounds z to 4 digits)
+    assert delta_of(spent * 0.99) > 1e-6                # and it is not loose
+
+
+def test_small_budget_warns_before_and_after():
+    model = logistic(1000, 0, True)
+    fit, caught = _quiet_sample(model, epsilon=0.5, delta=1e-5, seed=1, draws=50)
+    text = " ".join(str(w.message) for w in caught)
+    assert "forecast" in text
+    assert "forecast" in fit.attrs["warnings"]
+    assert fc_error(1000, 4, 0.5) > 1.0
+
+
+def fc_error(n, d, eps):
+    s = AdaptationSettings()
+    share = (1 - s.quantile_share) * (1 - s.clip_share) * (1 - s.hessian_share)
+    return forecast(n, d, eps, 1e-5, kappa=s.kappa, share=share).expected_error
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"method": "nuts"}, "method"),
+    ({"relation": "add_remove"}, "public_n"),
+    ({"epsilon": -1.0}, "epsilon"),
+    ({"chains": 0}, "chains"),
+    ({"public_n": 0}, "public_n"),
+])
+def test_invalid_arguments_are_refused_before_the_data_is_touched(kwargs, match):
+    model = densities.Untouchable(logistic(100, 0, False))
+    args = {"epsilon": 1.0, "delta": 1e-5} | kwargs
+    with pytest.raises(ValueError, match=match):
+        stan_dp.sample(model, **args)
+    with pytest.raises(densities.DataTouched):       # a valid call does read the data
+        stan_dp.sample(model, epsilon=1.0, delta=1e-5)
+
+
+def test_add_remove_publishes_no_row_count():
+    model = logistic(500, 1, False)
+    fit, _ = _quiet_sample(model, epsilon=1.0, delta=1e-5, relation="add_remove", public_n=400,
+                           seed=2, draws=20)
+    assert "n_rows" not in fit.attrs
+    assert fit.attrs["public_n"] == 400
+    assert "observed_data" not in fit.groups()
+
+
+def test_stuck_chains_warn_and_mixing_chains_do_not():
+    rng = np.random.default_rng(5)
+    model = densities.NormalMean(rng.normal(1.0, 1.0, size=200))
+    with pytest.warns(UtilityWarning, match="never moved"):
+        fit = stan_dp.penalty(model, epsilon=0.1, delta=1e-5, clip=5.0, step_size=3.0, iterations=200,
+                              warmup=0, chains=2, seed=1, progress=False)
+    assert not fit.attrs["mixed"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        fit = stan_dp.penalty(model, epsilon=1e6, delta=1e-5, clip=5.0, step_size=0.1, iterations=2000,
+                              warmup=200, chains=2, seed=1, progress=False)
+    assert fit.attrs["mixed"] and fit.attrs["warnings"] == ""
+
+
+def test_private_quantiles_find_the_quantile_and_count_sensitivity():
+    rng = np.random.default_rng(0)
+    values = np.abs(rng.normal(size=(5000, 3))) * np.array([1e-4, 1.0, 1e5])
+    ledger = Ledger("replace_one")
+    t, at_floor = private_quantiles(rng, values, tail=0.5, n_public=5000, rounds=30,
+                                    noise_multiplier=1e-9, ledger=ledger)
+    np.testing.assert_allclose(t, np.median(values, axis=0), rtol=1e-3)
+    assert not at_floor.any()
+    assert all(e.sensitivity == pytest.approx(np.sqrt(3)) for e in ledger.entries)
+    sparse = np.zeros((100, 2))
+    sparse[:5, 0] = 1.0
+    _, at_floor = private_quantiles(rng, sparse, tail=0.5, n_public=100, rounds=12,
+                                    noise_multiplier=1e-9, ledger=ledger)
+    assert at_floor.all()
+
+
+def test_noisy_counts_are_counts_plus_gaussian_noise():
+    rng = np.random.default_rng(1)
+    values = np.arange(10.0)[:, None] * np.ones((1, 2))
+    ledger = Ledger("add_remove")
+    draws = np.array([noisy_counts(rng, values, np.array([2.5, 6.5]), 3.0, ledger, "c") for _ in range(4000)])
+    np.testing.assert_allclose(draws.mean(axis=0), [7.0, 3.0], atol=4 * 3 * np.sqrt(2) / np.sqrt(4000))
+    np.testing.assert_allclose(draws.std(axis=0), 3 * np.sqrt(2), rtol=0.05)
+
+
+def test_curvature_release_is_the_gaussian_mechanism_on_the_frobenius_vector():
+    rng = np.random.default_rng(2)
+    mats = np.zeros((3, 2, 2))
+    mats[0] = [[3.0, 4.0], [4.0, 0.0]]     # Frobenius sqrt(41) > bound: scaled down
+    ledger = Ledger("replace_one")
+    out = np.array([clipped_matrix_sum(rng, mats, 1.0, 2.0, ledger, "h")[0] for _ in range(20000)])
+    expected = mats[0] / np.sqrt(41.0)
+    np.testing.assert_allclose(out.mean(axis=0), expected, atol=0.05)
+    s = 2.0 * 2 * 1.0                                  # z * (2 C) under replace-one
+    assert out[:, 0, 0].std() == pytest.approx(s, rel=0.03)
+    assert out[:, 0, 1].std() == pytest.approx(s / np.sqrt(2), rel=0.03)
+    np.testing.assert_array_equal(out[:, 0, 1], out[:, 1, 0])
+
+
+def test_forecast_floor_is_the_one_release_noise_in_the_whitened_frame():
+    n, d, eps, delta = 10_000, 5, 2.0, 1e-5
+    c_w = whitened_grad_scale(n, d)
+    assert c_w == pytest.approx(np.sqrt(stats.chi2.ppf(0.9, d) / n))
+    fc = forecast(n, d, eps, delta)
+    assert fc.floor == pytest.approx(2 * c_w / gdp_mu(eps, delta))
+    # mu is the Gaussian-DP parameter: one release at noise multiplier 1/mu spends exactly epsilon
+    assert stan_dp.accounting.gaussian_epsilon(1 / gdp_mu(eps, delta), 1, delta) == pytest.approx(eps, rel=1e-6)
