@@ -103,3 +103,150 @@ def test_clamp_rows_l2_refuses_a_negative_or_nan_bound():
     for bound in (-1.0, np.nan):
         with pytest.raises(ValueError, match="bound"):
             clamp_rows_l2(np.ones((2, 2)), bound)
+
+
+# ----------------------------------------------- rows whose likelihood throws --
+
+#: Rows 3 and 7 of ``row_throws.stan`` throw std::invalid_argument (k = -5,
+#: a size mismatch) and std::out_of_range (k = 150, an index past the end).
+BAD_ROWS = {3: -5, 7: 150}
+N_ROWS = 12
+#: Strings that would identify a failing row or its value in a message.
+REVEALING = ("150", "-5", "row 3", "row 7", "row_throws.stan", "line ")
+
+
+def throwing_data(prior_index: int = 1) -> dict:
+    k = np.array([1, 2] * (N_ROWS // 2))
+    for row, value in BAD_ROWS.items():
+        k[row] = value
+    return {"N": N_ROWS, "k": k, "y": np.linspace(-1.0, 1.5, N_ROWS), "j": prior_index}
+
+
+@pytest.fixture(scope="module")
+def throwing_library(compiled):
+    from conftest import stan_test_model
+
+    return compiled(stan_test_model("row_throws"))
+
+
+@pytest.fixture(scope="module")
+def throwing_model(throwing_library):
+    from stan_dp import RowModel
+
+    # check=False: the full-data log density throws at every point (row 7
+    # always does), so the load-time decomposition check has no point to use.
+    return RowModel(throwing_library, throwing_data(), check=False)
+
+
+def assert_nothing_revealing(texts: list[str]) -> None:
+    for text in texts:
+        for needle in REVEALING:
+            assert needle not in text, f"{needle!r} in {text!r}"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_that_throws_any_exception_is_nan_and_the_others_are_exact(throwing_model, threads):
+    from scipy import stats
+
+    model = throwing_model
+    model.threads = threads
+    data = throwing_data()
+    good = np.setdiff1d(np.arange(N_ROWS), list(BAD_ROWS))
+    for mu in (-0.7, 0.0, 1.3):
+        theta = np.array([mu])
+        values = model.row_log_lik(theta)
+        values_g, grads = model.row_log_lik_grad(theta)
+        assert grads.shape == (N_ROWS, 1)
+        for v, g in ((values, None), (values_g, grads)):
+            assert np.all(np.isnan(v[list(BAD_ROWS)]))
+            np.testing.assert_allclose(v[good], stats.norm.logpdf(data["y"][good], mu, 1.0), rtol=1e-12)
+        assert np.all(np.isnan(grads[list(BAD_ROWS)]))
+        np.testing.assert_allclose(grads[good, 0], data["y"][good] - mu, rtol=1e-12, atol=1e-14)
+        # An index subset (the read-ahead path), with repeats: the same values.
+        idx = np.array([7, 0, 3, 7, 11, 3, 5])
+        np.testing.assert_array_equal(model.row_log_lik(theta, idx), values[idx])
+        sub_v, sub_g = model.row_log_lik_grad(theta, idx)
+        np.testing.assert_array_equal(sub_v, values_g[idx])
+        np.testing.assert_array_equal(sub_g, grads[idx])
+        # The prior part does not depend on the rows and still evaluates.
+        assert np.isfinite(model.log_prior(theta))
+    model.threads = 1
+
+
+def test_many_throwing_rows_on_many_threads_do_not_fail_the_call(throwing_library):
+    """Every row throws, in parallel blocks: each is NaN, nothing escapes."""
+    from stan_dp import RowModel
+
+    n = 2000
+    data = {"N": n, "k": np.where(np.arange(n) % 2 == 0, 150, -5), "y": np.zeros(n), "j": 1}
+    model = RowModel(throwing_library, data, check=False, threads=2)
+    values, grads = model.row_log_lik_grad(np.array([0.2]))
+    assert np.all(np.isnan(values)) and np.all(np.isnan(grads))
+    assert np.all(np.isnan(model.row_log_lik(np.array([0.2]), np.arange(0, n, 3))))
+
+
+def test_a_throwing_prior_part_raises_without_quoting_data(throwing_library):
+    """The zero-row part does not depend on a row: it may fail, but quotes no value."""
+    from stan_dp import RowModel
+
+    model = RowModel(throwing_library, throwing_data(prior_index=77), check=False)
+    messages = []
+    for call in (lambda: model.row_log_lik(np.array([0.1])),
+                 lambda: model.row_log_lik_grad(np.array([0.1])),
+                 lambda: model.log_prior(np.array([0.1])),
+                 lambda: model.log_prior_grad(np.array([0.1]))):
+        with pytest.raises(RuntimeError, match="out_of_range") as info:
+            call()
+        messages.append(str(info.value))
+    for text in messages:
+        assert "77" not in text
+        assert "withheld" in text
+
+
+def record_run(run) -> tuple[object, list[str]]:
+    import logging
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.records: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record.getMessage())
+
+    keep = Keep()
+    root = logging.getLogger("stan_dp")
+    old_level = root.level
+    root.addHandler(keep)
+    root.setLevel(logging.DEBUG)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fit = run()
+    finally:
+        root.removeHandler(keep)
+        root.setLevel(old_level)
+    return fit, [str(w.message) for w in caught] + keep.records
+
+
+def test_samplers_complete_when_a_row_throws(throwing_model):
+    """Whether a run finishes must not depend on one row (issue 14, item 5)."""
+    import stan_dp
+
+    model = throwing_model
+    fit, texts = record_run(lambda: stan_dp.penalty(
+        model, epsilon=1.0, delta=1e-5, iterations=30, clip=1.0, step_size=0.3,
+        chains=1, init=np.zeros(1), seed=5, progress=False,
+    ))
+    assert fit.posterior["mu"].shape == (1, 30)
+    assert np.all(np.isfinite(fit.posterior["mu"].values))
+    texts += [str(v) for v in fit.posterior.attrs.values()]
+    fit, more = record_run(lambda: stan_dp.hmc(
+        model, epsilon=1.0, delta=1e-5, iterations=10, clip=1.0, grad_clip=1.0,
+        step_size=0.05, n_leapfrog=2, chains=1, warmup=0, init=np.zeros(1), seed=5,
+        progress=False,
+    ))
+    assert fit.posterior["mu"].shape == (1, 10)
+    assert np.all(np.isfinite(fit.posterior["mu"].values))
+    texts += more + [str(v) for v in fit.posterior.attrs.values()]
+    assert_nothing_revealing(texts)

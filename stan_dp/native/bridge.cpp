@@ -29,6 +29,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -98,6 +99,35 @@ std::unique_ptr<stan::io::var_context> make_data_context(const char* data) {
   }
   std::istringstream in(s);
   return std::make_unique<stan::json::json_data>(in);
+}
+
+/// The type of an exception, without its message.
+///
+/// Stan's messages quote the values they check ("index 150 out of range"),
+/// so an exception raised while data are evaluated is reported by its type
+/// only (see sdp_log_prior and sdp_row_log_lik).
+const char* exception_kind(const std::exception& e) {
+  if (dynamic_cast<const std::domain_error*>(&e)) return "std::domain_error";
+  if (dynamic_cast<const std::out_of_range*>(&e)) return "std::out_of_range";
+  if (dynamic_cast<const std::invalid_argument*>(&e)) return "std::invalid_argument";
+  if (dynamic_cast<const std::length_error*>(&e)) return "std::length_error";
+  if (dynamic_cast<const std::logic_error*>(&e)) return "std::logic_error";
+  if (dynamic_cast<const std::overflow_error*>(&e)) return "std::overflow_error";
+  if (dynamic_cast<const std::range_error*>(&e)) return "std::range_error";
+  if (dynamic_cast<const std::runtime_error*>(&e)) return "std::runtime_error";
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return "std::bad_alloc";
+  return "std::exception";
+}
+
+/// The message of an exception raised by the prior (zero-row) part.
+///
+/// That part depends on the shared data only, never on a row, so the call
+/// may fail; but the message names the exception's type only, because
+/// Stan's own text can quote data values.
+std::string withheld_message(const char* where, const char* kind) {
+  return std::string("the prior part of the model (no rows) threw ") + kind + " in "
+         + where + "; Stan's message is withheld because it may quote data values "
+         "(evaluate the model outside stan_dp, e.g. with RowModel.bridge, to see it)";
 }
 
 std::string join_names(const std::vector<std::string>& names) {
@@ -748,18 +778,25 @@ sdp_rows* sdp_rows_construct(const char* data, const char* rows_var,
     r->rows.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       rc.set_row(static_cast<long>(i));
+      // Which row failed, Stan's message (which quotes values) and the
+      // parameter count of one row (which can depend on its data) are not
+      // reported: each would reveal something about that row.
       try {
         r->rows.emplace_back(new stan_model(rc, seed, outstream));
       } catch (const std::exception& e) {
-        throw std::runtime_error("could not build the model for row "
-                                 + std::to_string(i) + " alone: " + e.what());
+        throw std::runtime_error(
+            std::string("could not build the model for some row alone ('") + rv
+            + "' = 1; it threw " + exception_kind(e)
+            + "; which row, and Stan's message, are withheld because they may "
+              "reveal data): the data and transformed data blocks must accept any "
+              "single row of the data");
       }
       if (r->rows.back()->num_params_r() != full_dim)
         throw std::runtime_error(
             "the number of parameters depends on the row count: "
-            + std::to_string(full_dim) + " unconstrained parameters with all rows but "
-            + std::to_string(r->rows.back()->num_params_r())
-            + " with one row; per-row likelihoods are not defined for such a model");
+            + std::to_string(full_dim) + " unconstrained parameters with all rows "
+            "but a different number with one row; per-row likelihoods are not "
+            "defined for such a model");
     }
     r->dim = static_cast<int>(full_dim);
     r->data.reset();  // every instance holds its own copy of what it needs
@@ -864,9 +901,9 @@ int sdp_log_prior(const sdp_rows* r, const double* theta, double* lp,
       std::fill(grad, grad + r->dim, std::numeric_limits<double>::quiet_NaN());
     return 0;
   } catch (const std::exception& e) {
-    set_error(error_msg, std::string("error in the prior: ") + e.what());
+    set_error(error_msg, withheld_message("sdp_log_prior", exception_kind(e)));
   } catch (...) {
-    set_error(error_msg, "unknown error in sdp_log_prior");
+    set_error(error_msg, withheld_message("sdp_log_prior", "a non-standard exception"));
   }
   return -1;
 }
@@ -875,10 +912,20 @@ int sdp_log_prior(const sdp_rows* r, const double* theta, double* lp,
 ///
 /// out[k] = lp(row idx[k] only; theta) - lp(no rows; theta), propto=false,
 /// Jacobian included (it cancels).  `idx` null means all rows in order and
-/// then `m` must equal the row count.  `grad` is row-major (m, dim).  A row
-/// whose log density is not finite, or that Stan rejects (domain error),
-/// gives NaN/inf values, never an error.  Other exceptions are reported
-/// for the lowest failing position.
+/// then `m` must equal the row count.  `grad` is row-major (m, dim).
+///
+/// A row whose evaluation throws anything at all -- Stan's reject
+/// (std::domain_error), an index out of range, a size mismatch, any other
+/// std::exception or a non-standard one -- gets a NaN value and a NaN
+/// gradient, as does a row whose log density is not finite: the samplers
+/// treat it as a rejected move (clip_log_ratios maps NaN to -bound).  No
+/// row's exception ever fails the call or reaches the caller, so neither
+/// whether a call succeeds nor its message depends on one row (DESIGN.md,
+/// "Privacy invariants").  The call fails only on bad arguments (which
+/// depend on no data) or when the prior (zero-row) part throws something
+/// other than a reject; that part depends on the shared data only, and its
+/// message names the exception's type, never Stan's text (which can quote
+/// data values).
 int sdp_row_log_lik(const sdp_rows* r, const double* theta,
                     const long long* idx, long long m, double* out,
                     double* grad, char** error_msg) {
@@ -888,16 +935,17 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
     const long long n = static_cast<long long>(r->rows.size());
     if (idx == nullptr && m != n)
       throw std::invalid_argument("without an index, m must equal the row count");
+    // Neither the index nor the row count is quoted: the count is private
+    // under add/remove.
     if (idx != nullptr)
       for (long long k = 0; k < m; ++k)
         if (idx[k] < 0 || idx[k] >= n)
-          throw std::out_of_range("row index " + std::to_string(idx[k])
-                                  + " is out of range [0, " + std::to_string(n)
-                                  + ")");
+          throw std::out_of_range("a row index is out of range");
     const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
     const double nan = std::numeric_limits<double>::quiet_NaN();
 
-    // The zero-row part, once per call.
+    // The zero-row part, once per call.  A reject makes every row NaN; any
+    // other exception fails the call with a message free of data values.
     double lp0 = nan;
     Eigen::VectorXd g0 = Eigen::VectorXd::Constant(d, nan);
     try {
@@ -906,12 +954,13 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
                 : log_density_grad<false, true>(*r->empty, x, g0.data(), outstream);
     } catch (const std::domain_error&) {
       lp0 = nan;
+      g0.setConstant(nan);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(withheld_message("sdp_row_log_lik", exception_kind(e)));
+    } catch (...) {
+      throw std::runtime_error(
+          withheld_message("sdp_row_log_lik", "a non-standard exception"));
     }
-
-    std::vector<std::string> errors;
-    std::vector<long long> error_pos;
-    std::mutex error_mutex;
-    long long first_error = m;
 
     auto body = [&](const tbb::blocked_range<long long>& range) {
       ensure_autodiff_stack();
@@ -929,15 +978,12 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
             out[k] = log_density_grad<false, true>(model, x, gk, nullptr) - lp0;
             for (int j = 0; j < d; ++j) gk[j] -= g0[j];
           }
-        } catch (const std::domain_error&) {
+        } catch (...) {
+          // Whatever one row throws is that row's NaN, nothing more: no
+          // message is kept and the other rows are evaluated as usual.
+          // (The nested autodiff scope has been unwound by now.)
           out[k] = nan;
           if (grad != nullptr) std::fill(grad + k * d, grad + (k + 1) * d, nan);
-        } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (k < first_error) {
-            first_error = k;
-            errors.assign(1, e.what());
-          }
         }
       }
     };
@@ -946,11 +992,6 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
       tbb::parallel_for(tbb::blocked_range<long long>(0, m, grain), body,
                         tbb::simple_partitioner());
     });
-    if (first_error < m) {
-      const long long row = idx == nullptr ? first_error : idx[first_error];
-      throw std::runtime_error("error in row " + std::to_string(row) + ": "
-                               + errors[0]);
-    }
     return 0;
   } catch (const std::exception& e) {
     set_error(error_msg, e.what());

@@ -3,6 +3,14 @@
 This is the only Python module that knows the C signatures of the row
 extension; :class:`stan_dp.model.RowModel` uses it.  Every call checks the
 return code and turns the library's error message into a Python exception.
+
+A row whose evaluation throws (Stan's reject, an index out of range, a size
+mismatch, anything) is never an error: the library returns NaN for that
+row's value and gradient, so that neither whether a call succeeds nor any
+message depends on one row.  Only the prior (zero-row) part, which depends
+on no row, can fail a call, and its message names the exception's type, not
+Stan's text (which may quote data values).  This module adds nothing of its
+own to the library's messages.
 """
 
 from __future__ import annotations
@@ -130,6 +138,27 @@ class NativeRows:
             _raise(self._lib, err)
 
     def log_prior(self, theta: np.ndarray, with_grad: bool) -> tuple[float, np.ndarray | None]:
+        """Log density of the zero-row model (prior and Jacobian).
+
+        Parameters
+        ----------
+        theta : ndarray, shape (dim,), float64, contiguous
+            Unconstrained parameters.
+        with_grad : bool
+            Also return the gradient.
+
+        Returns
+        -------
+        lp : float
+            ``-inf`` where Stan rejects the point.
+        grad : ndarray of shape (dim,) or None
+
+        Raises
+        ------
+        NativeError
+            If the prior part throws anything but a reject (the message names
+            the exception's type only).
+        """
         lp = ctypes.c_double()
         grad = np.empty(self.dim) if with_grad else None
         err = ctypes.c_char_p()
@@ -162,6 +191,31 @@ class NativeRows:
     def row_log_lik(
         self, theta: np.ndarray, idx: np.ndarray | None, with_grad: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per-row log-likelihood values (and gradients) at ``theta``.
+
+        Parameters
+        ----------
+        theta : ndarray, shape (dim,), float64, contiguous
+            Unconstrained parameters.
+        idx : ndarray of int64 or None
+            Row indices (validated by the caller), or ``None`` for all rows.
+        with_grad : bool
+            Also return the gradients.
+
+        Returns
+        -------
+        values : ndarray, shape (m,)
+            NaN for a row whose evaluation threw (whatever it threw) or for
+            every row if the prior part rejects ``theta``.
+        grads : ndarray of shape (m, dim) or None
+            NaN rows where ``values`` is NaN.
+
+        Raises
+        ------
+        NativeError
+            For bad arguments, or if the prior part throws anything but a
+            reject; never because of a row.
+        """
         m = self.n_rows if idx is None else idx.shape[0]
         out = np.empty(m)
         grad = np.empty((m, self.dim)) if with_grad else None
