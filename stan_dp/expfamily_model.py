@@ -72,6 +72,17 @@ def _lp(instance: Any, theta: np.ndarray) -> float:
         return float("nan")
 
 
+def _as_floats(value: Any) -> np.ndarray:
+    """``value`` as a float array; a failure names no value (it would be data)."""
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            "statistic returned something that is not an array of numbers for some row; "
+            "it must return numbers only (the value is not shown: it is data)"
+        ) from None
+
+
 class StanExpFamilyModel:
     """A Stan program in terms of a summed statistic ``S``, plus a per-row statistic function.
 
@@ -416,34 +427,41 @@ class StanExpFamilyModel:
         Raises
         ------
         ValueError
-            If ``statistic`` returns the wrong shape or non-finite values.
+            If ``statistic`` returns the wrong shape or non-finite values.  The
+            messages name no row, no count of rows and no value or shape
+            computed from the rows: they may be logged or shared.
         """
         self.n_row_passes += 1
         n, k = self.n_rows, self.stat_dim
         if self.vectorized:
-            out = np.asarray(self.statistic(dict(self._rows)), dtype=float)
+            out = _as_floats(self.statistic(dict(self._rows)))
             if out.shape != (n, k):
+                # The shape returned may depend on the data (e.g. rows dropped): not shown.
                 raise ValueError(
-                    f"statistic (vectorized) must return shape ({n}, {k}), got {out.shape}"
+                    f"statistic (vectorized) must return shape ({n}, {k}), one row per data "
+                    f"row (K = {k} from {self.stat_var!r}); it returned another "
+                    "shape. Do not drop or add rows inside it: map missing or invalid values "
+                    "to a finite vector instead"
                 )
         else:
             out = np.empty((n, k))
             for i in range(n):
-                value = np.asarray(self.statistic({v: a[i] for v, a in self._rows.items()}), dtype=float)
+                value = _as_floats(self.statistic({v: a[i] for v, a in self._rows.items()}))
                 if value.shape != (k,):
                     if value.size == k and value.ndim <= 1:
                         value = value.reshape(k)
                     else:
                         raise ValueError(
-                            f"statistic must return an array of shape ({k},) for each row "
-                            f"(K = {k} from {self.stat_var!r}), got shape {value.shape}"
+                            f"statistic must return an array of shape ({k},) for every row "
+                            f"(K = {k} from {self.stat_var!r}); it returned another shape for "
+                            "some row. Make its output size independent of the row's values"
                         )
                 out[i] = value
-        bad = ~np.isfinite(out).all(axis=1)
-        if bad.any():
+        if not np.isfinite(out).all():
             raise ValueError(
-                f"statistic returned non-finite values for {int(bad.sum())} of {n} rows; "
-                "it must map every row to a finite vector (clamp or impute inside it)"
+                "statistic returned non-finite values (NaN or ±inf) for some row; it must map "
+                "every row to a finite vector: clamp or impute inside it (which rows, how many "
+                "and their values are not shown: they are data)"
             )
         return out
 
