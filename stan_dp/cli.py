@@ -4,7 +4,9 @@ Subcommands
 -----------
 ``stan-dp rows MODEL.stan --data DATA.json [--rows N]``
     Compile a model, check that it decomposes over rows, and print a summary
-    of its per-row log-likelihoods at a data-independent point.
+    of its per-row log-likelihoods at a data-independent point.  The output is
+    computed from the raw rows without noise and says so ("NOT private: for
+    the data holder only").
 ``stan-dp sample MODEL.stan --data DATA.json --sampler {penalty,subsampled,barker,hmc} --epsilon E --delta D [options] [--output fit.nc]``
     A private fit: summary, privacy report, and the fit as netCDF.
 ``stan-dp reference MODEL.stan --data DATA.json [--output ref.nc]``
@@ -58,17 +60,36 @@ def simulated_logistic_data(n: int = 20000, seed: int = 20250101) -> dict:
     return {"N": n, "D": beta.size, "X": x, "y": y, "prior_scale": 2.5}
 
 
+ROWS_LABEL = "NOT private: for the data holder only"
+"""Heads every output of ``stan-dp rows``: it is computed from the raw rows without noise."""
+
+
 def cmd_rows(args: argparse.Namespace) -> int:
+    """Check a model's per-row decomposition and summarise its rows, for the data holder.
+
+    Everything printed is computed from the raw data without noise (the row
+    count, and the per-row log-likelihoods at a data-independent point, whose
+    extremes can reveal single values): it is labelled as not private, and is
+    meant for checking the model, never for publication.
+    """
     from stan_dp import RowModel
 
     model = RowModel(args.model, args.data, rows=args.rows)
     theta = np.zeros(model.dim)
-    values = model.row_log_lik(theta)
+    values = np.asarray(model.row_log_lik(theta), dtype=float)
+    finite = values[np.isfinite(values)]
+    print(f"{ROWS_LABEL} (computed from the raw rows without noise; do not publish or share it)")
     print(model)
     print(f"sliced per row: {', '.join(model.row_vars)}")
     print("decomposition check: passed (log density = prior part + sum of per-row terms)")
-    print(f"per-row log-likelihood at theta = 0 (unconstrained): "
-          f"min {values.min():.4g}, mean {values.mean():.4g}, max {values.max():.4g}")
+    print(f"per-row log-likelihood at theta = 0 (unconstrained), {ROWS_LABEL}:")
+    print(f"  rows with a finite value {finite.size}, -inf (impossible) "
+          f"{int(np.count_nonzero(values == -np.inf))}, NaN (rejected by Stan) "
+          f"{int(np.count_nonzero(np.isnan(values)))}, +inf {int(np.count_nonzero(values == np.inf))}")
+    if finite.size:
+        with np.errstate(all="ignore"):  # no warning that depends on the values
+            print(f"  over the finite rows: min {finite.min():.4g}, mean {finite.mean():.4g}, "
+                  f"max {finite.max():.4g} (the extremes can reveal single rows)")
     return 0
 
 
@@ -290,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="stan-dp", description="Differentially private MCMC on Stan models")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    rows = sub.add_parser("rows", help="check a model's per-row decomposition")
+    rows = sub.add_parser("rows", help="check a model's per-row decomposition (output NOT private: "
+                                       "for the data holder only)")
     rows.add_argument("model", help="a .stan file")
     rows.add_argument("--data", required=True, help="data as a JSON file")
     rows.add_argument("--rows", default="N", help="the data variable counting rows (default N)")
