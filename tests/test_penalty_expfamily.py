@@ -118,3 +118,61 @@ def test_refusals_before_data_is_touched():
         E.penalty_expfamily(model, **{**ok, "noise": 0.01})
     with pytest.raises(densities.DataTouched):  # the valid run does reach the data
         E.penalty_expfamily(model, **ok)
+
+
+# ------------------------------------------------- add/remove (issue 14, item 1) --
+def test_add_remove_is_refused_before_data_is_touched():
+    """``a(theta) = n c(theta)`` uses the row count un-noised: add/remove is refused."""
+    model = densities.Untouchable(densities.NormalMeanExpFamily(np.zeros(10)))
+    with pytest.raises(ValueError, match=r"add_remove.*row count n.*replace_one.*n is public"):
+        E.penalty_expfamily(model, epsilon=1.0, delta=1e-5, iterations=10, clip=1.0,
+                            step_size=0.1, progress=False, relation="add_remove")
+
+
+def _lambda_hats(monkeypatch, model, stat_sd, draws=4000, mu=5.0, step=0.3):
+    """``lambda_hat`` of one release, captured inside the package's kernel.
+
+    The proposal stream is reseeded for every draw, so every draw proposes the
+    same ``theta'`` from ``theta = mu``; only the privacy noise varies.
+    """
+    seen = []
+
+    def spy(lam_hat, variance, correction=True):
+        seen.append(lam_hat)
+        return -np.inf
+
+    monkeypatch.setattr(E, "log_acceptance", spy)
+    prop = make_proposal("gaussian", step, 1)
+    kernel = E.build_kernel(model, prop, stat_sum=E.clamped_stat_sum(model, 3.0), stat_sd=stat_sd)
+    state = E.init(model, np.array([mu]))
+    noise = np.random.default_rng(5)
+    for _ in range(draws):
+        kernel(np.random.default_rng(11), noise, state)
+    return np.asarray(seen)
+
+
+def test_one_release_leaks_the_count_under_add_remove(monkeypatch):
+    """Why add/remove is refused, measured on the kernel (normal mean at mu = 5, B = 3, z = 2).
+
+    Replace-one neighbours (same n, noise sd ``z 2B |dphi|``) shift
+    ``lambda_hat`` by at most ``1/z`` noise sd, as the accountant assumes.
+    Add/remove neighbours (n and n + 1) with the noise sd that add/remove
+    calibration used (``z B |dphi|``) shift it by ``|s - mu_bar| / (z B)``:
+    the added row's ``c(theta') - c(theta)`` is not covered by the noise on S.
+    """
+    clip, z = 3.0, 2.0
+    y = np.random.default_rng(8).normal(5.0, 1.0, 200)
+    y[-1] = clip                                                      # s = +B ...
+    base = densities.NormalMeanExpFamily(y)
+    replaced = densities.NormalMeanExpFamily(np.r_[y[:-1], -clip])   # ... replaced by -B: 2B
+    added = densities.NormalMeanExpFamily(np.r_[y, 0.0])              # one more row, s = 0
+
+    def shift_over_sd(a, b, stat_sd):
+        la = _lambda_hats(monkeypatch, a, stat_sd)
+        lb = _lambda_hats(monkeypatch, b, stat_sd)
+        return abs(la.mean() - lb.mean()) / np.sqrt(0.5 * (la.var() + lb.var()))
+
+    replace_one = shift_over_sd(base, replaced, z * 2 * clip)
+    add_remove = shift_over_sd(base, added, z * 1 * clip)
+    assert replace_one == pytest.approx(1 / z, abs=0.05)        # as claimed
+    assert add_remove > 1 / z + 0.2                              # the leak (0.8 measured)

@@ -4,7 +4,8 @@ The log-likelihood is affine in the summed statistic ``S = sum_i s(y_i)``:
 ``loglik(theta) = a(theta) + phi(theta) . S`` (eq. (7)).  Each iteration
 releases a fresh ``S_hat = S + N(0, xi I)`` (Gaussian mechanism; ``sqrt(xi) =
 z * k * B`` with ``B`` the per-row l2 bound enforced by clamping, ``k = 2``
-replace-one, ``1`` add/remove) and computes
+replace-one; add/remove is refused, since ``a(theta) = n c(theta)`` below uses
+the row count without noise) and computes
 
 ``lambda_hat = T [a(theta') - a(theta) + (phi(theta') - phi(theta)) . S_hat]
 + log prior ratio + log proposal ratio``,
@@ -230,9 +231,13 @@ def penalty_expfamily(
         Log-likelihood affine in the summed statistic.
     clip : float
         ``B``: each row's statistic is projected onto the l2 ball of radius
-        ``B``; the sensitivity of the sum is ``2B`` (replace-one) or ``B``.
+        ``B``; the sensitivity of the sum is ``2B`` (replace-one).
+    relation : {"replace_one"}
+        Replace-one only: ``"add_remove"`` is refused (before any data is
+        touched) because ``a(theta) = n c(theta)`` uses the row count without
+        noise, and ``n`` is private under add/remove.
     epsilon, delta, iterations, noise, step_size, proposal, temperature,
-    chains, warmup, init, seed, relation, progress
+    chains, warmup, init, seed, progress
         As in :func:`stan_dp.samplers.penalty.penalty`.  Each iteration is
         one Gaussian release of ``S`` with multiplier ``z``.
 
@@ -243,6 +248,18 @@ def penalty_expfamily(
     check_expfamily_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
+    if relation == "add_remove":
+        # Refused before any data is touched.  lambda_hat contains a(theta') - a(theta)
+        # with a(theta) = n c(theta): the row count enters un-noised, so a neighbour
+        # with one more row shifts lambda_hat by up to T |c(theta') - c(theta)| beyond
+        # the sensitivity the noise on S covers (issue 14, item 1).
+        raise ValueError(
+            "penalty_expfamily does not support relation='add_remove': the log-likelihood "
+            "a(theta) + phi(theta) . S has a(theta) = n c(theta), which uses the row count n "
+            "without noise, and under add/remove n is private (adding or removing a row moves "
+            "a(theta) by c(theta), which the noise on S does not cover, so the run would spend "
+            "more privacy than it reports). Use relation='replace_one', under which n is public"
+        )
     clip = _validate_positive("clip", clip)
     temperature = _validate_positive("temperature", temperature)
     prop = make_proposal(proposal, step_size, int(model.dim))
