@@ -25,6 +25,7 @@ from stan_dp.version import __version__  # noqa: E402
 
 from stan_dp.model import ModelDecompositionError, RowModel  # noqa: E402
 from stan_dp.toolchain import StanCompileError, ToolchainError, compile_model  # noqa: E402
+from stan_dp.bundled import bundled_model  # noqa: E402
 from stan_dp.accounting import Budget, PrivacyBudgetError  # noqa: E402
 from stan_dp.samplers.penalty import penalty  # noqa: E402
 from stan_dp.samplers.expfamily import penalty_expfamily  # noqa: E402
@@ -54,6 +55,7 @@ __all__ = [
     "UtilityWarning",
     "__version__",
     "compile_model",
+    "bundled_model",
     "RowModel",
     "ModelDecompositionError",
     "StanCompileError",

@@ -34,14 +34,11 @@ from typing import Sequence
 
 import numpy as np
 
-BUNDLED = Path(__file__).resolve().parent.parent / "stan_models"
+from stan_dp.bundled import BUNDLED_DIR as BUNDLED, bundled_model  # noqa: E402  (package data, not the checkout)
 
 
 def _bundled(name: str) -> Path:
-    path = BUNDLED / f"{name}.stan"
-    if not path.exists():  # pragma: no cover - installation problem
-        raise FileNotFoundError(f"bundled model {name} not found at {path}")
-    return path
+    return bundled_model(name)
 
 
 DEMO_ALPHA = 0.5
