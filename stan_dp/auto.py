@@ -52,7 +52,7 @@ __all__ = ["METHODS", "FORECAST_LIMIT", "sample"]
 METHODS = ("auto", "gaussian", "hmc", "penalty", "subsampled_penalty", "barker")
 """Methods :func:`sample` accepts."""
 
-FORECAST_LIMIT = 1.0
+FORECAST_LIMIT = 0.5
 """Forecast per-coordinate error (posterior sds) above which a run warns before it starts."""
 
 NOISE_LIMIT = 0.5

@@ -7,8 +7,10 @@ Subcommands
     of its per-row log-likelihoods at a data-independent point.  The output is
     computed from the raw rows without noise and says so ("NOT private: for
     the data holder only").
-``stan-dp sample MODEL.stan --data DATA.json --sampler {penalty,subsampled,barker,hmc} --epsilon E --delta D [options] [--output fit.nc]``
-    A private fit: summary, privacy report, and the fit as netCDF.
+``stan-dp sample MODEL.stan --data DATA.json --epsilon E --delta D [--sampler S] [options] [--output fit.nc]``
+    A private fit: summary, warnings, privacy report, and the fit as netCDF.
+    The default ``--sampler auto`` needs no other option (``stan_dp.sample``);
+    ``penalty``, ``subsampled``, ``barker`` and ``hmc`` take the sampler options.
 ``stan-dp reference MODEL.stan --data DATA.json [--output ref.nc]``
     The non-private NUTS fit of the same model (CmdStan if installed,
     otherwise Stan's NUTS compiled from the bundled toolchain).
@@ -119,10 +121,11 @@ SAMPLER_OPTIONS = (
     ("relation", str, "neighbouring relation: replace_one or add_remove"),
 )
 
-PRIVACY_KEYS = ("sampler", "epsilon", "delta", "epsilon_spent", "noise_multiplier",
+PRIVACY_KEYS = ("sampler", "method", "epsilon", "delta", "epsilon_spent", "noise_multiplier",
                 "grad_noise_multiplier", "relation", "accountant", "chains", "warmup",
                 "iterations", "clip", "grad_clip", "batch_size", "temperature", "n_rows",
-                "seeded", "nonprivate_outputs")
+                "seeded", "nonprivate_outputs", "release_summary", "search_settled",
+                "max_noise_sd_in_posterior_sds", "forecast_error", "max_rhat", "min_ess_bulk")
 
 
 def _sampler_function(name: str):
@@ -161,9 +164,23 @@ def print_privacy_report(attrs) -> None:
 def _print_fit(fit) -> None:
     import arviz as az
 
-    print(az.summary(fit, kind="stats").to_string())
+    attrs = fit.posterior.attrs
+    table = az.summary(fit, kind="stats")
+    mixed = bool(attrs.get("mixed", True))
+    if not mixed:
+        # intervals of chains that did not mix are not credible intervals
+        table = table[[c for c in table.columns if not c.startswith("hdi")]]
+    print(table.to_string())
+    warnings_text = str(attrs.get("warnings", "") or "")
+    if warnings_text:
+        print()
+        print("WARNINGS (this result is less accurate than it looks):")
+        for line in warnings_text.split("\n"):
+            print(f"  - {line}")
+    if not mixed:
+        print("  (intervals not shown: the chains did not mix)")
     print()
-    print_privacy_report(fit.posterior.attrs)
+    print_privacy_report(attrs)
 
 
 def _write_netcdf(idata, path: str | Path) -> Path:
@@ -175,13 +192,25 @@ def _write_netcdf(idata, path: str | Path) -> Path:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from stan_dp import RowModel
+    from stan_dp import RowModel, sample
 
-    fn = _sampler_function(args.sampler)
-    kwargs = _sampler_kwargs(fn, args)
-    model = RowModel(args.model, args.data, rows=args.rows)
-    fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
-             progress=not args.quiet, **kwargs)
+    if args.sampler in ("auto", "gaussian"):
+        given = [("--" + d.replace("_", "-")) for d, _, _ in SAMPLER_OPTIONS
+                 if getattr(args, d, None) is not None and d not in ("chains", "relation")]
+        if given:
+            raise ValueError(f"option(s) {', '.join(given)} do not apply to --sampler {args.sampler}; "
+                             "name a sampler (e.g. --sampler hmc) to set them")
+        model = RowModel(args.model, args.data, rows=args.rows)
+        extra = {"chains": args.chains} if args.chains is not None else {}
+        fit = sample(model, epsilon=args.epsilon, delta=args.delta, method=args.sampler,
+                     seed=args.seed, relation=args.relation or "replace_one",
+                     public_n=args.public_n, progress=not args.quiet, **extra)
+    else:
+        fn = _sampler_function(args.sampler)
+        kwargs = _sampler_kwargs(fn, args)
+        model = RowModel(args.model, args.data, rows=args.rows)
+        fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
+                 progress=not args.quiet, **kwargs)
     _print_fit(fit)
     if args.output:
         print(f"written: {_write_netcdf(fit, args.output)}")
@@ -247,7 +276,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from stan_dp.accounting import validate_privacy_params
 
     validate_privacy_params(args.epsilon, args.delta)
-    from stan_dp import RowModel, reference_fit
+    from stan_dp import RowModel, reference_fit, sample
     from stan_dp.samplers.penalty import penalty
 
     out = Path(args.output_dir)
@@ -259,14 +288,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"(truth: alpha {DEMO_ALPHA}, beta {list(DEMO_BETA)})")
     model = RowModel(stan_file, data)
     print(f"compiled and checked: {model}")
-    print(f"\n1. private fit: penalty algorithm ({args.proposal} proposal), "
-          f"epsilon = {args.epsilon}, delta = {args.delta}")
-    fit = penalty(
-        model, epsilon=args.epsilon, delta=args.delta, clip=args.clip,
-        step_size=args.step_size, proposal=args.proposal, chains=args.chains,
-        warmup=args.warmup, iterations=args.iterations, seed=args.seed,
-        init=np.zeros(model.dim), progress=not args.quiet,
-    )
+    if args.method == "auto":
+        print(f"\n1. private fit: stan_dp.sample (automatic: private adaptation, noise-aware "
+              f"Gaussian), epsilon = {args.epsilon}, delta = {args.delta}")
+        fit = sample(model, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+                     seed=args.seed, progress=not args.quiet)
+    else:
+        print(f"\n1. private fit: penalty algorithm ({args.proposal} proposal), "
+              f"epsilon = {args.epsilon}, delta = {args.delta}")
+        fit = penalty(
+            model, epsilon=args.epsilon, delta=args.delta, clip=args.clip,
+            step_size=args.step_size, proposal=args.proposal, chains=args.chains,
+            warmup=args.warmup, iterations=args.iterations, seed=args.seed,
+            init=np.zeros(model.dim), progress=not args.quiet,
+        )
     print("2. non-private reference: Stan's NUTS on the same data")
     ref = reference_fit(stan_file, data, chains=args.chains, draws=args.reference_draws,
                         warmup=args.reference_draws, seed=args.seed)
@@ -319,7 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("model", help="a .stan file")
     sample.add_argument("--data", required=True, help="data as a JSON file")
     sample.add_argument("--rows", default="N", help="the data variable counting rows (default N)")
-    sample.add_argument("--sampler", default="penalty", choices=sorted(SAMPLERS))
+    sample.add_argument("--sampler", "--method", dest="sampler", default="auto",
+                        choices=["auto", "gaussian"] + sorted(SAMPLERS),
+                        help="auto (default): private adaptation and the noise-aware Gaussian; "
+                             "or one of the seeds' samplers")
+    sample.add_argument("--public-n", dest="public_n", type=_positive_int, default=None,
+                        help="a public row count (needed with --relation add_remove, where n is private)")
     sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
     sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
     for dest, kind, text in SAMPLER_OPTIONS:
@@ -354,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--n", type=_positive_int, default=20000, help="simulated rows (default 20000)")
     demo.add_argument("--epsilon", type=float, default=4.0, help="privacy budget epsilon (default 4)")
     demo.add_argument("--delta", type=float, default=1e-5, help="privacy budget delta (default 1e-5)")
+    demo.add_argument("--method", default="auto", choices=["auto", "penalty"],
+                      help="auto (default): stan_dp.sample with no knobs; penalty: the seed's "
+                           "penalty algorithm with the options below")
     demo.add_argument("--clip", type=float, default=2.5, help="clip bound L (default 2.5)")
     demo.add_argument("--step-size", type=float, default=0.006, help="proposal step (default 0.006)")
     demo.add_argument("--proposal", default="guided", choices=["gaussian", "component", "guided"])

@@ -16,14 +16,14 @@ def test_demo_puts_a_private_fit_next_to_its_reference(capsys, tmp_path):
     """The main job: private fit, non-private reference, comparison, privacy report, plot."""
     import arviz as az
 
-    code = main(["demo", "--n", "2000", "--warmup", "50", "--iterations", "100",
+    code = main(["demo", "--method", "penalty", "--n", "2000", "--warmup", "50", "--iterations", "100",
                  "--chains", "2", "--reference-draws", "200", "--seed", "3", "--quiet",
                  "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
     assert "privacy report" in out and "epsilon_spent" in out
     assert "std_mean_error" in out and "MMD" in out
-    assert "alpha" in out and "beta[0]" in out
+    assert "alpha" in out and "beta[1]" in out
     assert re.search(r"seeded\s+1", out)  # a fixed seed is reported
     assert (tmp_path / "stan_dp_demo.png").read_bytes()[:4] == b"\x89PNG"
     ref = az.from_netcdf(tmp_path / "stan_dp_demo_reference.nc")
@@ -68,8 +68,8 @@ def test_sample_then_compare_round_trip(tmp_path, data_file, capsys):
 
     fit = tmp_path / "fit.nc"
     args = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
-            "--epsilon", "3", "--delta", "1e-5", "--clip", "2", "--step-size", "0.1",
-            "--chains", "2", "--iterations", "60", "--seed", "4", "--quiet", "--output", str(fit)]
+            "--epsilon", "3", "--delta", "1e-5", "--sampler", "penalty", "--clip", "2",
+            "--step-size", "0.1", "--chains", "2", "--iterations", "60", "--seed", "4", "--quiet", "--output", str(fit)]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "privacy report" in out and "gaussian-pld-exact" in out
@@ -88,6 +88,24 @@ def test_sample_then_compare_round_trip(tmp_path, data_file, capsys):
     assert "worst |standardised mean error|: 0.000" in out
 
 
+def test_sample_needs_no_sampler_option(tmp_path, data_file, capsys):
+    """The automatic path: model, data and budget only; sampler options are refused there."""
+    import arviz as az
+
+    fit = tmp_path / "auto.nc"
+    argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
+            "--epsilon", "2", "--delta", "1e-5", "--seed", "5", "--quiet"]
+    assert main(argv + ["--output", str(fit)]) == 0
+    out = capsys.readouterr().out
+    assert "privacy report" in out and "release_summary" in out
+    idata = az.from_netcdf(fit)
+    assert idata.posterior.attrs["sampler"] == "gaussian"
+    assert idata.posterior.attrs["epsilon_spent"] <= 2.0
+    assert "WARNINGS" in out        # n = 150 at epsilon 2 cannot buy an accurate answer, and says so
+    assert main(argv + ["--clip", "2"]) == 2
+    assert "--clip do not apply to --sampler auto" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--batch-size", "10"], "--batch-size does not apply to sampler 'penalty'"),
     (["--chains", "0"], "must be at least 1"),
@@ -96,7 +114,8 @@ def test_sample_then_compare_round_trip(tmp_path, data_file, capsys):
 ])
 def test_sample_errors_are_one_line(extra, message, data_file, capsys):
     argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
-            "--epsilon", "1", "--delta", "1e-5", "--clip", "2", "--step-size", "0.1", "--quiet"]
+            "--epsilon", "1", "--delta", "1e-5", "--sampler", "penalty", "--clip", "2",
+            "--step-size", "0.1", "--quiet"]
     try:
         code = main(argv + extra)
     except SystemExit as exc:  # argparse's own errors exit through SystemExit
@@ -123,7 +142,7 @@ def test_reference_command_writes_a_fit_that_compare_reads(tmp_path, data_file, 
                  "--chains", "2", "--draws", "150", "--warmup", "150", "--seed", "2",
                  "--output", str(ref)]) == 0
     out = capsys.readouterr().out
-    assert "non-private" in out and "beta[0]" in out
+    assert "non-private" in out and "beta[1]" in out
     idata = az.from_netcdf(ref)
     assert idata.posterior["beta"].shape == (2, 150, 3)
     assert main(["compare", str(ref), str(ref)]) == 0

@@ -141,7 +141,7 @@ def test_bad_data_and_statistics_are_refused(normal_lib):
     with pytest.raises(ValueError, match=r"shape \(2,\)"):
         wrong.row_stats()
     nan = StanExpFamilyModel(normal_lib, data, statistic=lambda r: np.array([np.nan, 1.0]))
-    with pytest.raises(ValueError, match="non-finite values for 30 of 30 rows"):
+    with pytest.raises(ValueError, match="non-finite values"):
         nan.row_stats()
     vec = StanExpFamilyModel(normal_lib, data, statistic=lambda rows: rows["y"], vectorized=True)
     with pytest.raises(ValueError, match=r"must return shape \(30, 2\)"):

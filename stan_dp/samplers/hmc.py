@@ -76,6 +76,7 @@ from stan_dp.inference import (
     validate_run_args,
 )
 from stan_dp.mechanisms import clamp_rows_l2, clip_log_ratios, gaussian_release
+from stan_dp.row_ratios import log_ratios
 from stan_dp.samplers.penalty import log_acceptance
 
 __all__ = [
@@ -579,7 +580,7 @@ def build_kernel(
             distance = float(np.linalg.norm(theta - theta0))
             bound = clip * distance
             sd_l = noise_sd if noise_sd is not None else noise_multiplier * factor * temperature * bound
-            ratios, n_clipped = clip_log_ratios(last.row_log_lik - state.row_log_lik, bound)
+            ratios, n_clipped = clip_log_ratios(log_ratios(last.row_log_lik, state.row_log_lik), bound)
             released = gaussian_release(rng_noise, temperature * float(ratios.sum()), sd_l)  # release
             kinetic0 = 0.5 * float(np.sum(state.inv_mass * p0 * p0))
             kinetic1 = 0.5 * float(np.sum(state.inv_mass * p * p))
