@@ -20,8 +20,9 @@ The grid and its accounting are explained in ``docs/noise.md``;
 :func:`grid_delta_bound` is the closed form of the extra ``delta``.
 
 Samplers take any ``source`` with ``randrange(n)`` returning an exactly
-uniform integer in ``[0, n)``: :class:`random.SystemRandom` in production, a
-seeded :class:`random.Random` in the distribution tests (the algorithms are
+uniform integer in ``[0, n)`` (and ``randbytes(k)`` for the vectorised integer
+draws): :class:`random.SystemRandom` in production, a seeded
+:class:`random.Random` in the distribution tests (the algorithms are
 exact whatever the bits; only their secrecy needs the OS).
 """
 
@@ -273,20 +274,48 @@ class SecureNoise:
         """Uniform on ``{k 2^-53 : 0 <= k < 2^53}`` (53-bit resolution, exact on that grid)."""
         return math.ldexp(self._source.randrange(1 << 53), -53)
 
+    def uniform_integers(self, bound: int, count: int) -> np.ndarray:
+        """``count`` independent, exactly uniform integers in ``[0, bound)``, ``1 <= bound <= 2**63``.
+
+        Vectorised rejection sampling on random 64-bit words masked to the bit
+        length of ``bound - 1`` (each word is accepted with probability > 1/2).
+        """
+        bound, count = int(bound), int(count)
+        if not 1 <= bound <= 1 << 63:
+            raise ValueError(f"bound must lie in [1, 2**63], got {bound}")
+        mask = np.uint64((1 << max(1, (bound - 1).bit_length())) - 1)
+        out = np.empty(count, dtype=np.int64)
+        filled = 0
+        while filled < count:
+            m = 2 * (count - filled) + 8
+            words = np.frombuffer(self._source.randbytes(8 * m), dtype=np.uint64) & mask
+            words = words[words < np.uint64(bound)][: count - filled]
+            out[filled:filled + words.size] = words.astype(np.int64)
+            filled += words.size
+        return out
+
     def sample_without_replacement(self, n: int, size: int) -> np.ndarray:
         """``size`` distinct integers of ``[0, n)``, every subset equally likely; sorted.
 
-        Floyd's algorithm: ``size`` exact uniform integers, no floating point.
+        Exact: draws uniform integers (:meth:`uniform_integers`) and keeps the
+        first ``size`` distinct values, whose set is uniform over the
+        ``size``-subsets by symmetry (a permutation of ``[0, n)`` maps the
+        sequence to one of the same probability).  For ``size > n/2`` the
+        complement is drawn instead.  No floating point involved.
         """
         n, size = int(n), int(size)
         if not 0 <= size <= n:
             raise ValueError(f"cannot draw {size} distinct values from {n}")
-        chosen: set[int] = set()
-        for j in range(n - size, n):
-            t = self._source.randrange(j + 1)
-            chosen.add(j if t in chosen else t)
-        return np.fromiter(sorted(chosen), dtype=np.int64, count=size)
-
+        if 2 * size > n:
+            keep = np.ones(n, dtype=bool)
+            keep[self.sample_without_replacement(n, n - size)] = False
+            return np.flatnonzero(keep).astype(np.int64)
+        seq = np.empty(0, dtype=np.int64)
+        while True:
+            seq = np.concatenate([seq, self.uniform_integers(n, size + size // 2 + 8)])
+            values, first = np.unique(seq, return_index=True)
+            if values.size >= size:
+                return np.sort(seq[np.sort(first)[:size]])
     # --- exact noise ---------------------------------------------------
     def discrete_gaussian(self, sigma2: Fraction) -> int:
         """One exact discrete Gaussian draw of variance parameter ``sigma2`` (rational)."""

@@ -134,14 +134,18 @@ def test_uniform_draws_are_exact_and_batches_uniform():
     u = np.array([noise.random() for _ in range(20_000)])
     assert np.all((u >= 0) & (u < 1)) and np.all(u * 2.0**53 == np.floor(u * 2.0**53))
     assert stats.kstest(u, "uniform").pvalue > ALPHA
-    # every 2-subset of 5 rows equally likely (10 subsets)
-    counts: dict[tuple[int, ...], int] = {}
-    for _ in range(20_000):
-        b = noise.sample_without_replacement(5, 2)
-        assert b.dtype == np.int64 and b[0] < b[1]
-        counts[tuple(b)] = counts.get(tuple(b), 0) + 1
-    assert len(counts) == 10
-    assert stats.chisquare(list(counts.values())).pvalue > ALPHA
+    # every 2-subset (and, through the complement, 3-subset) of 5 rows equally likely (10 subsets)
+    for size in (2, 3):
+        counts: dict[tuple[int, ...], int] = {}
+        for _ in range(20_000):
+            b = noise.sample_without_replacement(5, size)
+            assert b.dtype == np.int64 and np.all(np.diff(b) > 0) and b.size == size
+            counts[tuple(b)] = counts.get(tuple(b), 0) + 1
+        assert len(counts) == 10
+        assert stats.chisquare(list(counts.values())).pvalue > ALPHA
+    ints = noise.uniform_integers(6, 60_000)
+    assert stats.chisquare(np.bincount(ints, minlength=6)).pvalue > ALPHA
+    assert noise.sample_without_replacement(4, 4).tolist() == [0, 1, 2, 3]
     big = mb.draw_batch(noise, 10**6, 500)
     assert big.size == 500 and np.unique(big).size == 500 and big.max() < 10**6
     with pytest.raises(ValueError):
