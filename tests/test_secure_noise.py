@@ -311,6 +311,7 @@ def test_seeded_streams_are_numpy_and_bit_reproducible_as_before():
                                           np.sort(ref.choice(100, 5, replace=False)))
 
 
+@pytest.mark.filterwarnings("ignore:bulk ESS", "ignore:the chains disagree")  # short runs, on purpose
 def test_unseeded_runs_end_to_end():
     model = densities.NormalMean(np.random.default_rng(1).normal(1.0, 1.0, 200))
     kw = dict(epsilon=5.0, delta=1e-5, iterations=300, clip=3.0, step_size=0.15, chains=2,
