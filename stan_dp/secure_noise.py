@@ -180,9 +180,13 @@ def _round_to_grid(x: float, e: int) -> int:
 
 
 def _from_grid(m: int, e: int) -> float:
-    """``m * 2**e`` as a float (a deterministic function of the released integer)."""
+    """``m * 2**e`` correctly rounded to a float (a deterministic function of the released integer).
+
+    ``m`` may exceed the float range when ``2**e`` is tiny; exact integer
+    division rounds once, correctly.
+    """
     try:
-        return math.ldexp(float(m), e)
+        return float(m << e) if e >= 0 else m / (1 << -e)
     except OverflowError:  # pragma: no cover - |value| beyond 1e308
         return math.copysign(math.inf, m)
 

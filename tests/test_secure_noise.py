@@ -189,6 +189,10 @@ def test_secure_gaussian_release_is_grid_rounding_plus_discrete_gaussian():
     assert isinstance(noise.gaussian_release(0.5, sd), float)
     assert noise.gaussian_release(0.5, 0.0) == 0.5
     assert np.isnan(noise.gaussian_release(np.array([np.nan]), sd)[0])
+    # a tiny sd means a tiny grid and integers far beyond the float range: still correct
+    for tiny in (1e-300, 3e-320):
+        out = SecureNoise(random.Random(2)).gaussian_release(np.array([1.0, -2.5e300, 0.0]), tiny)
+        assert np.all(np.abs(out - [1.0, -2.5e300, 0.0]) <= 40 * tiny + np.spacing(np.abs([1.0, 2.5e300, 0.0])))
     with pytest.raises(ValueError, match="too coarse"):
         noise.gaussian_release(0.5, sd, grid_exponent=e + 1)
 
