@@ -15,8 +15,9 @@ reproducible.  See :mod:`stan_dp.audit` for the method.
 
 Run:  python benchmarks/privacy_audit.py [--quick] [--secure | --no-secure] [--seed N]
 
-``--quick`` (CI, ~30 s): a few thousand releases per kernel, enough to flag
-every broken variant it runs; the full audit (~15-25 min on 2 cores) takes
+``--quick`` (CI, 15-30 s): a few thousand releases per kernel, enough to flag
+every broken variant it runs; the full audit (~6 min on 2 cores; the table is
+in docs/noise.md) takes
 100 000 releases per data set for the cheap kernels, adds the penalty kernel
 with its noise halved, and audits the secure (``seed=None``) noise path.
 Exit status 1 if a real mechanism is flagged or a broken one is not.
