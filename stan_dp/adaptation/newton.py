@@ -12,12 +12,16 @@ any affine reparametrisation).
 
 Steps (every data access a Gaussian release written to the ledger):
 
-1. **Scale** at the initial point: a private median of ``|grad_j loglik_i|``
-   for every coordinate (:func:`~stan_dp.adaptation.quantile.private_quantiles`)
-   gives the initial diagonal frame ``A_0 = diag(1 / (1.5 sqrt(n) t_j))``
-   (Fisher information ``~ n E g_j^2`` and ``rms ~ 1.5 median`` for a
-   normal-like spread); a coordinate whose median is zero (rows mostly
-   do not depend on it, e.g. a group effect) starts at scale 1.
+1. **Scale** at the initial point: a private median ``t_j`` of the per-row
+   curvatures ``|d^2 loglik_i / d theta_j^2|`` (central differences of the
+   per-row gradients) for every coordinate
+   (:func:`~stan_dp.adaptation.quantile.private_quantiles`) gives the
+   initial diagonal frame ``A_0 = diag(1 / sqrt(n t_j))``, the local
+   curvature's scale.  (The gradients' spread would overstate the curvature
+   by ``~ r^2 / sigma^2`` far from the mode: a scale parameter started two
+   decades too small then freezes every coordinate.)  A coordinate whose
+   median is zero (rows mostly do not depend on it, e.g. a group effect)
+   starts at scale 1.
 2. **Rounds** ``k = 0..K-1`` at ``theta_k`` in frame ``A_k``: release
    ``G = sum_i clip_{C_g}(A_k' g_i)`` and ``H = sum_i clip_{C_H}(-A_k' H_i A_k)``
    (per-row Hessians by central differences of per-row gradients along the
@@ -68,9 +72,9 @@ __all__ = [
 class AdaptationSettings(NamedTuple):
     """Tuning constants of :func:`private_mode` (data-independent)."""
 
-    rounds: int = 20
+    rounds: int = 30
     """Newton rounds (each one gradient and one curvature release)."""
-    kappa: float = 4.0
+    kappa: float = 3.0
     """Gradient clip bound in the frame, as a multiple of ``C_w = sqrt(chi2_{d,0.9} / n)``."""
     kappa_hessian: float = 3.0
     """Curvature clip bound in the frame, as a multiple of ``chi2_{d,0.9} / n``."""
@@ -93,6 +97,8 @@ class AdaptationSettings(NamedTuple):
     noise) after a full step counts as a collapse: the step is taken back."""
     fd_step: float = 1e-3
     """Central-difference step for per-row Hessians, in frame units."""
+    initial_fd_step: float = 1e-5
+    """Central-difference step (unconstrained units) of the initial per-row curvature."""
 
 
 class AdaptationResult(NamedTuple):
@@ -178,8 +184,12 @@ def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     return out
 
 
-def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
-    """Per-row ``-A' H_i A`` (shape ``(n, d, d)``), symmetrised; non-finite entries zeroed."""
+def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
+                      diagonal_only: bool = False) -> np.ndarray:
+    """Per-row ``-A' H_i A`` (shape ``(n, d, d)``), symmetrised; non-finite entries zeroed.
+
+    With ``diagonal_only`` only its diagonal, shape ``(n, d)``.
+    """
     d = theta.size
     cols = []
     with np.errstate(all="ignore"):
@@ -189,6 +199,10 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
             diff = (np.asarray(up, dtype=float) - np.asarray(down, dtype=float)) @ frame
             cols.append(-diff / (2.0 * h))
         mats = np.stack(cols, axis=2)
+        if diagonal_only:
+            out = np.diagonal(mats, axis1=1, axis2=2).copy()
+            out[~np.isfinite(out)] = 0.0
+            return out
         mats = 0.5 * (mats + np.transpose(mats, (0, 2, 1)))
     mats[~np.isfinite(mats)] = 0.0
     return mats
@@ -256,17 +270,18 @@ def private_mode(
     c_h = s.kappa_hessian * whitened_hessian_scale(n_public, d)
 
     theta = np.array(init, dtype=float)
-    _, grads = density.row_log_lik_grad(theta)
-    with np.errstate(invalid="ignore"):
-        magnitudes = np.abs(np.asarray(grads, dtype=float).reshape(-1, d))
-    t, at_floor = private_quantiles(rng_noise, magnitudes, tail=0.5, n_public=n_public,
+    with np.errstate(all="ignore"):
+        curv = np.abs(_row_neg_hessians(density, theta, np.eye(d), s.initial_fd_step,
+                                        diagonal_only=True))
+    t, at_floor = private_quantiles(rng_noise, curv, tail=0.5, n_public=n_public,
                                     rounds=s.quantile_rounds, noise_multiplier=z_q, ledger=ledger,
                                     what="scale count")
-    scale = 1.0 / (1.5 * math.sqrt(n_public) * t)
+    scale = 1.0 / np.sqrt(n_public * t)
     scale = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
     frame = np.diag(scale)
 
     rounds: list[dict[str, Any]] = []
+    pool: list[dict[str, Any]] = []
     path = [theta.copy()]
     previous: dict[str, Any] | None = None
     for k in range(s.rounds):
@@ -285,8 +300,9 @@ def private_mode(
                                        n_public=n_public, rounds=s.clip_rounds, noise_multiplier=z_c,
                                        ledger=ledger, what=f"clip count, round {k}",
                                        log2_range=(-20.0, 60.0))
-        bound_g = c_g * max(1.0, s.kappa_far * float(medians[0]))
-        bound_h = c_h * max(1.0, s.kappa_far * float(medians[1]))
+        far = s.kappa_far if not pool else 0.0   # near the mode: the public forecast bounds
+        bound_g = c_g * max(1.0, far * float(medians[0]))
+        bound_h = c_h * max(1.0, far * float(medians[1]))
         g_rel, _ = clipped_vector_sum(rng_noise, whitened, bound_g, z_g, ledger, f"gradient sum, round {k}")
         sd_g = ledger.entries[-1].noise_sd
         h_rel, sd_h = clipped_matrix_sum(rng_noise, mats, bound_h, z_h, ledger, f"curvature sum, round {k}")
@@ -327,37 +343,86 @@ def private_mode(
             if capped:
                 move *= s.max_step / biggest
             noise_level = sd_g * math.sqrt(float(np.sum(h_inv * h_inv)))
-            near = float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d))
-            rounds.append({"ok": near and not capped, "one_step": theta + frame @ du,
+            near = float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d)) and not capped
+            rounds.append({"ok": near, "one_step": theta + frame @ du,
                            "noise_cov": sd_g**2 * frame @ h_inv @ h_inv @ frame.T,
                            "curvature": inv_frame.T @ ((q * lam) @ q.T) @ inv_frame})
+            if near:
+                # Near the mode: pool this round's released gradient and curvature
+                # with the previous near rounds and move to the pooled estimate,
+                # so that neither the evaluation point nor the frame wanders by
+                # the noise of a single round.
+                pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
+                             "grad_precision": frame @ frame.T / sd_g**2,
+                             "hess": inv_frame.T @ hess @ inv_frame, "sd_h": sd_h})
+                pooled = _pooled_estimate(pool, frame)
+                move = pooled.mode - theta
+                new_frame = pooled.frame
+            else:
+                pool.clear()
+                new_frame = frame @ (q / np.sqrt(lam))
             previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
                         "slope": float(grad @ (inv_frame @ move)), "near": near}
             theta = theta + move
-            frame = frame @ (q / np.sqrt(lam))
+            frame = new_frame
         if trace is not None:
             trace.append({"theta": path[-1], "step": move.copy(), "overshoot": overshoot,
                           "collapse": collapse, "eig": lam.copy(), "ok": rounds[-1]["ok"],
                           "frame_sd": np.sqrt(np.diag(frame @ frame.T))})
         path.append(theta.copy())
 
-    tail = []
-    for r in reversed(rounds):
-        if not r["ok"]:
-            break
-        tail.append(r)
-    settled = len(tail) >= 2
-    if not tail:
-        usable = [r for r in rounds if "one_step" in r]
-        tail = usable[-1:]
-    precisions = [np.linalg.pinv(r["noise_cov"]) for r in tail]
-    total = np.sum(precisions, axis=0)
-    noise_cov = np.linalg.pinv(total)
-    mode = noise_cov @ np.sum([p @ r["one_step"] for p, r in zip(precisions, tail)], axis=0)
-    curvature = np.mean([r["curvature"] for r in tail], axis=0)
+    if len(pool) >= 2:
+        pooled = _pooled_estimate(pool, frame)
+        mode, noise_cov, curvature, used, settled = (pooled.mode, pooled.noise_cov, pooled.curvature,
+                                                     len(pool), True)
+    else:
+        last = [r for r in rounds if "one_step" in r][-1:]
+        if not last:  # every round stepped back: report where the search stands
+            last = [{"one_step": theta, "noise_cov": np.diag(np.full(d, np.inf)),
+                     "curvature": np.linalg.inv(frame @ frame.T)}]
+        mode, noise_cov, curvature = last[0]["one_step"], last[0]["noise_cov"], last[0]["curvature"]
+        used, settled = len(last), False
     lam, q = np.linalg.eigh(0.5 * (curvature + curvature.T))
     lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
     covariance = (q / lam) @ q.T
     frame = (q / np.sqrt(lam)) @ q.T
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
-                            len(tail), settled, np.array(path))
+                            used, settled, np.array(path))
+
+
+class _Pooled(NamedTuple):
+    mode: np.ndarray
+    noise_cov: np.ndarray
+    curvature: np.ndarray
+    frame: np.ndarray
+
+
+def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
+    """Pool near rounds: mean released curvature, then precision-weighted one-step estimates.
+
+    The curvature is the mean of the rounds' released (symmetric, unprojected)
+    curvatures mapped to ``theta`` space, made positive definite once, in the
+    current frame, against the noise of that mean (so the projection's upward
+    bias is that of the pooled noise, not of one round's).  Each round gives
+    ``e_k = theta_k + H^-1 g_k`` with noise covariance ``H^-1 S_k H^-1``,
+    ``S_k^-1 = A_k A_k' / s_k^2`` (the gradient release is isotropic in its
+    frame ``A_k``); they are averaged with weights ``H S_k^-1 H``.
+    """
+    d = frame.shape[0]
+    mean_hess = np.mean([r["hess"] for r in pool], axis=0)
+    sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
+    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, 2.0 * sd_h * math.sqrt(2.0 * d))
+    inv_frame = np.linalg.inv(frame)
+    curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
+    curvature = 0.5 * (curvature + curvature.T)
+    # H^-1 = A Q diag(1/lam) Q' A'
+    h_inv = (frame @ q / lam) @ (frame @ q).T
+    precision = np.zeros((d, d))
+    weighted = np.zeros(d)
+    for r in pool:
+        p = curvature @ r["grad_precision"] @ curvature
+        precision += p
+        weighted += p @ (r["theta"] + h_inv @ r["grad"])
+    noise_cov = np.linalg.pinv(precision)
+    return _Pooled(noise_cov @ weighted, 0.5 * (noise_cov + noise_cov.T), curvature,
+                   frame @ (q / np.sqrt(lam)))
