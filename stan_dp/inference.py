@@ -376,7 +376,7 @@ _Progress = Progress
 
 def _version() -> str:
     try:
-        from stan_dp import __version__
+        from stan_dp.version import __version__
 
         return str(__version__)
     except Exception:  # noqa: BLE001
