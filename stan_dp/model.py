@@ -192,7 +192,7 @@ class RowModel:
             raise ValueError(f"row indices must be integers, got dtype {idx.dtype}")
         idx = np.ascontiguousarray(idx, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_rows):
-            raise IndexError(f"row indices must lie in [0, {self.n_rows})")
+            raise IndexError("row indices must lie in [0, n_rows)")
         return idx
 
     # ------------------------------------------------------- densities --
