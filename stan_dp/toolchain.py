@@ -355,11 +355,13 @@ def cache_key(
     """The cache key of a model library.
 
     It hashes the Stan source, every file it ``#include``\\s, the stanc
-    arguments, the toolchain version, the compiler, the compiler flags, the
-    bridge and precompiled-header sources and the stan_dp version: a change
-    to any of them gives a new library.  The ``"reference"`` variant's key
-    hashes the default key with the services source, so the default key
-    does not depend on the services at all.
+    arguments, the toolchain version, the TBB library directory (linked in
+    by absolute path as the library's rpath, so a library built against one
+    TBB directory must not be reused with another), the compiler, the
+    compiler flags, the bridge and precompiled-header sources and the
+    stan_dp version: a change to any of them gives a new library.  The
+    ``"reference"`` variant's key hashes the default key with the services
+    source, so the default key does not depend on the services at all.
     """
     _check_variant(variant)
     stan_path = Path(stan_file).expanduser().resolve()
@@ -372,6 +374,7 @@ def cache_key(
         *[p.read_bytes() for p in included],
         " ".join(stanc_args).encode(),
         tc.version.encode(),
+        str(tc.tbb_lib_dir).encode(),
         _compiler_id(cxx).encode(),
         " ".join(BASE_FLAGS).encode(),
         BRIDGE_SOURCE.read_bytes(),

@@ -92,3 +92,16 @@ def test_real_cmdstan_compiles_when_installed(tmp_path):
         pytest.skip("no CmdStan installation (set STAN_DP_CMDSTAN to test it)")
     lib = compile_model(bundled("logistic_regression"), cmdstan=root, cache_dir=tmp_path)
     assert lib.exists()
+
+
+def test_cache_key_tracks_the_tbb_library_directory(tmp_path):
+    # The library is linked with -Wl,-rpath,<tbb_lib_dir>: that absolute path is
+    # baked into it, so two toolchains differing only there must not share it.
+    import dataclasses
+
+    model = tmp_path / "m.stan"
+    model.write_text("parameters { real mu; }\nmodel { mu ~ normal(0, 1); }\n")
+    tc = find_toolchain()
+    other = dataclasses.replace(tc, tbb_lib_dir=tmp_path / "elsewhere" / "lib")
+    assert cache_key(model, toolchain=tc, cxx="c++") == cache_key(model, toolchain=tc, cxx="c++")
+    assert cache_key(model, toolchain=other, cxx="c++") != cache_key(model, toolchain=tc, cxx="c++")
