@@ -152,6 +152,21 @@ def test_uniform_draws_are_exact_and_batches_uniform():
         noise.sample_without_replacement(3, 4)
 
 
+def test_barker_correction_draws_from_the_secure_stream_follow_the_weights():
+    from stan_dp.samplers.barker_correction import correction_distribution
+
+    dist = correction_distribution()
+    noise = SecureNoise(random.Random(9))
+    draws = np.array([dist.sample(noise) for _ in range(DRAWS)])
+    index = np.searchsorted(dist.atoms, draws)
+    assert np.all(dist.atoms[index] == draws)
+    big = dist.weights * DRAWS >= 20  # lump the light atoms
+    observed = np.append(np.bincount(index, minlength=dist.atoms.size)[big],
+                         np.count_nonzero(~big[index]))
+    expected = np.append(dist.weights[big], dist.weights[~big].sum()) * DRAWS
+    assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > ALPHA
+
+
 # --- the grid --------------------------------------------------------------
 
 @pytest.mark.parametrize("sd", [1e-300, 3e-7, 0.3, 1.0, 1.7, 2.0, 12345.678, 1e250])
