@@ -492,11 +492,13 @@ def run(
         "chains": int(chains),
         "relation": relation,
         "accountant": resolved.accountant,
-        "n_rows": int(model.n_rows),
         "seeded": seed is not None,
         "nonprivate_outputs": ",".join(release_nonprivate),
         "stan_dp_version": _version(),
     }
+    if relation == "replace_one":
+        # Under add/remove the row count is private (DESIGN.md): never published.
+        attrs["n_rows"] = int(model.n_rows)
     if spec.step_rdp is None:
         attrs["noise_multiplier"] = resolved.noise_multiplier
     attrs.update(spec.attrs)

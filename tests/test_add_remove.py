@@ -3,20 +3,106 @@
 DESIGN.md, "Privacy invariants": under add/remove nothing derived from n is
 published or used as a default unless the user declares a public value.  For
 every sampler these tests run neighbouring data sets of 200 and 201 rows with
-the same seed and compare everything but the draws; a run that would need an
-n-dependent default without ``public_n=`` is refused before any data is
-touched; replace-one runs are unchanged (n is public there: ``n_rows`` stays).
+the same seed and compare everything but the draws (and what is computed
+from the draws); a run that would need an n-dependent default without
+``public_n=`` (DP HMC), or the owner labels present in the rows without
+``public_owners=`` (multi-owner penalty), is refused before any data is
+touched; the samplers proven for replace-one only refuse add/remove before
+any data is touched; replace-one runs are unchanged (n is public there:
+``n_rows`` stays).
 """
 
 from __future__ import annotations
 
 import types
+import warnings
+from typing import Any, Callable
 
+import densities
+import numpy as np
 import pytest
 
+from stan_dp.honesty import UtilityWarning
 from stan_dp.model import RowModel
+from stan_dp.samplers.barker import barker
+from stan_dp.samplers.expfamily import penalty_expfamily
+from stan_dp.samplers.hmc import default_grad_clip, hmc
+from stan_dp.samplers.penalty import penalty
+from stan_dp.samplers.subsampled import subsampled_penalty
+
+N = 200
+"""Rows of the smaller neighbour; the larger one has one row more."""
+
+FROM_DRAWS = {"max_rhat", "min_ess_bulk", "acceptance_per_chain", "mixed", "warnings"}
+"""``attrs`` computed from the released draws (post-processing; they may differ)."""
+NOT_FROM_THE_RUN = {"created_at", "arviz_version"}
+"""``attrs`` ArviZ adds (a timestamp)."""
+
+BUDGET = dict(epsilon=2.0, delta=1e-5, chains=1, seed=11, progress=False)
 
 
+def _neighbours() -> tuple[np.ndarray, np.ndarray]:
+    """Data sets of ``N`` and ``N + 1`` rows: the second is the first plus one row."""
+    y = np.random.default_rng(5).normal(1.0, 1.0, size=N + 1)
+    return y[:N], y
+
+
+def _quiet(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a sampler with every warning an error except the mixing verdict (post-processing)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=UtilityWarning)
+        return fn(*args, **kwargs)
+
+
+def _published(fit: Any) -> dict[str, Any]:
+    """``posterior.attrs`` without what is computed from the draws."""
+    attrs = dict(fit.posterior.attrs)
+    return {k: v for k, v in attrs.items() if k not in FROM_DRAWS | NOT_FROM_THE_RUN}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+
+
+def _assert_nothing_from_n(fits: list[Any], fixed_stats: tuple[str, ...]) -> None:
+    """The two neighbours' outputs agree on everything not drawn from the data."""
+    small, large = (_published(f) for f in fits)
+    assert "n_rows" not in small and "n_rows" not in large
+    assert small.keys() == large.keys()
+    differ = sorted(k for k in small if not _same(small[k], large[k]))
+    assert differ == [], f"attrs that follow n: {differ}"
+    for group in ("sample_stats", "warmup_sample_stats"):
+        if group not in fits[0].groups():
+            continue
+        for name in fixed_stats:
+            a, b = (np.asarray(getattr(f, group)[name]) for f in fits)
+            assert _same(a, b), f"{group}.{name} follows n"
+
+
+
+
+# ----------------------------------------------------------------- penalty --
+PENALTY = dict(iterations=40, clip=2.0, step_size=0.1, **BUDGET)
+
+
+def test_penalty_publishes_nothing_derived_from_n() -> None:
+    fits = [_quiet(penalty, densities.NormalMean(y), relation="add_remove", **PENALTY)
+            for y in _neighbours()]
+    _assert_nothing_from_n(fits, ("noise_sd", "step_size"))
+
+
+# ------------------------------------------- replace-one-only samplers --
+
+
+def test_penalty_expfamily_refuses_add_remove_before_touching_data() -> None:
+    model = densities.Untouchable(densities.NormalMeanExpFamily(_neighbours()[0]))
+    with pytest.raises(ValueError, match="add_remove"):
+        penalty_expfamily(model, relation="add_remove", clip=3.0, step_size=0.1, iterations=20,
+                          **BUDGET)
+
+
+# --------------------------------------------------------- messages, CLI --
 def test_row_index_error_does_not_quote_the_row_count() -> None:
     # The row count is private under add/remove; an index error must not carry it.
     fake = types.SimpleNamespace(n_rows=200)
@@ -25,3 +111,11 @@ def test_row_index_error_does_not_quote_the_row_count() -> None:
     message = str(excinfo.value)
     assert "200" not in message
     assert message == "row indices must lie in [0, n_rows)"
+
+
+def test_cli_privacy_report_shows_the_declared_public_n(capsys) -> None:
+    from stan_dp.cli import print_privacy_report
+
+    print_privacy_report({"sampler": "hmc", "relation": "add_remove", "public_n": 500})
+    out = capsys.readouterr().out
+    assert "public_n" in out and "500" in out and "n_rows" not in out
