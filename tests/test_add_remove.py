@@ -80,6 +80,43 @@ def _assert_nothing_from_n(fits: list[Any], fixed_stats: tuple[str, ...]) -> Non
             assert _same(a, b), f"{group}.{name} follows n"
 
 
+# --------------------------------------------------------------------- HMC --
+def test_hmc_with_public_n_publishes_nothing_derived_from_n() -> None:
+    fits = [_quiet(hmc, densities.NormalMean(y), iterations=20, warmup=10, relation="add_remove",
+                   public_n=500, **BUDGET) for y in _neighbours()]
+    _assert_nothing_from_n(fits, ("grad_noise_sd",))
+    attrs = fits[0].posterior.attrs
+    assert attrs["public_n"] == 500
+    # the defaults follow the declared count, not the private one
+    assert attrs["grad_clip"] == pytest.approx(default_grad_clip(500, 1))
+    assert attrs["step_size_initial"] == pytest.approx(500 ** -0.5)
+
+
+def test_hmc_with_every_setting_given_needs_no_public_n() -> None:
+    fits = [_quiet(hmc, densities.NormalMean(y), iterations=20, warmup=10, clip=2.0, grad_clip=2.0,
+                   step_size=0.05, relation="add_remove", **BUDGET) for y in _neighbours()]
+    _assert_nothing_from_n(fits, ("grad_noise_sd", "step_size"))
+
+
+@pytest.mark.parametrize("given", [
+    {},
+    {"clip": 2.0, "grad_clip": 2.0},  # step size 1/sqrt(n) and the search step 1/(n T)
+    {"clip": 2.0, "step_size": 0.05},  # grad_clip sqrt(dim + ln n - 5)
+    {"grad_clip": 2.0, "step_size": 0.05},  # clip defaults to the same bound
+])
+def test_hmc_refuses_an_n_dependent_default_without_public_n(given: dict) -> None:
+    model = densities.Untouchable(densities.NormalMean(_neighbours()[0]))
+    with pytest.raises(ValueError, match=r"(?s)row count n is private.*public_n="):
+        hmc(model, iterations=20, warmup=10, relation="add_remove", **given, **BUDGET)
+
+
+def test_hmc_replace_one_is_unchanged() -> None:
+    fit = _quiet(hmc, densities.NormalMean(_neighbours()[0]), iterations=20, warmup=10, **BUDGET)
+    attrs = fit.posterior.attrs
+    assert attrs["n_rows"] == N
+    assert attrs["grad_clip"] == pytest.approx(default_grad_clip(N, 1))
+    assert attrs["step_size_initial"] == pytest.approx(N ** -0.5)
+    assert attrs["public_n"] == ""
 
 
 # ----------------------------------------------------------------- penalty --

@@ -139,6 +139,9 @@ def default_settings(n_rows: int, dim: int, n_leapfrog: int | None = None,
                      clip: float | None = None, grad_clip: float | None = None) -> HMCDefaults:
     """The defaults of :func:`hmc`; they depend only on ``n`` and ``dim``.
 
+    ``n_rows`` must be public: the true row count under replace-one, a
+    declared ``public_n`` under add/remove (where the true count is private).
+
     * ``clip = sqrt(dim + max(0, ln n - 5))``, the default gradient bound: a
       row's log-likelihood ratio is at most its gradient norm (somewhere on
       the segment) times ``||theta' - theta||``, so the ratio bound is the
@@ -487,6 +490,7 @@ def build_kernel(
     grad_noise_sd: float | None = None,
     search_releases: int = 0,
     search_noise_multiplier: float | None = None,
+    search_step: float | None = None,
 ):
     """Build the DP HMC kernel.
 
@@ -527,6 +531,10 @@ def build_kernel(
         initial position.
     search_noise_multiplier : float, optional
         ``z_s`` of the search releases (default ``grad_noise_multiplier``).
+    search_step : float, optional
+        Step of the mode search; default ``1 / (n T)`` with ``n =
+        density.n_rows``, which is private under add/remove: :func:`hmc`
+        passes ``1 / (n T)`` with a public ``n`` there.
 
     Returns
     -------
@@ -550,12 +558,13 @@ def build_kernel(
     z_s = grad_noise_multiplier if search_noise_multiplier is None else search_noise_multiplier
     search = make_noisy_gradient(density, grad_clip=grad_clip, temperature=temperature,
                                  grad_noise_sd=z_s * factor * temperature * grad_clip)
+    first_step = 1.0 / (n_rows * temperature) if search_step is None else float(search_step)
 
     def kernel(rng_prop: np.random.Generator, rng_noise: np.random.Generator,
                state: HMCState) -> tuple[HMCState, HMCInfo]:
         if state.grad is None and search_releases > 0:
             position, first = mode_search(search, rng_noise, state.position, search_releases,
-                                          1.0 / (n_rows * temperature))
+                                          first_step)
             state = state._replace(position=position, log_prior=first.log_prior,
                                    row_log_lik=first.row_log_lik, grad=first.grad)
         elif state.grad is None:
@@ -636,6 +645,7 @@ def hmc(
     seed: int | np.random.SeedSequence | None = None,
     progress: bool = True,
     relation: str = "replace_one",
+    public_n: int | None = None,
     release_clip_fraction: bool = False,
 ):
     """Differentially private HMC with clipped noisy per-row gradients (seed 003, Alg. 3).
@@ -693,7 +703,18 @@ def hmc(
     progress : bool
         Show a progress bar.
     relation : {"replace_one", "add_remove"}
-        Neighbouring relation (sensitivity factor 2 or 1).
+        Neighbouring relation (sensitivity factor 2 or 1).  Under
+        ``"add_remove"`` the row count ``n`` is private, and the defaults of
+        ``clip``, ``grad_clip`` and ``step_size`` (with the mode search's step
+        ``1 / (n T)``) depend on it: give ``public_n``, or all three of
+        ``clip``, ``grad_clip`` and ``step_size``; otherwise the run is refused
+        before any data is touched.  Nothing derived from the private ``n``
+        is then published (no ``n_rows`` in ``attrs``).
+    public_n : int, optional
+        A row count declared public, chosen without looking at the data (e.g.
+        the planned sample size): the ``n`` of the defaults above, recorded in
+        ``attrs["public_n"]``.  Default: the model's ``n_rows``, which only
+        replace-one treats as public.
     release_clip_fraction : bool
         Also return the (NOT private) clip fractions of ratios and gradients.
 
@@ -708,7 +729,8 @@ def hmc(
     Raises
     ------
     TypeError, ValueError
-        For invalid arguments — before any data is touched.
+        For invalid arguments, or an add/remove run needing an n-dependent
+        default without ``public_n`` — before any data is touched.
     stan_dp.accounting.PrivacyBudgetError
         If the run does not fit the budget — before any data is touched.
     """
@@ -727,13 +749,26 @@ def hmc(
     if n_leapfrog is not None:
         n_leapfrog = _validate_int("n_leapfrog", n_leapfrog, 1)
     temperature = _validate_positive("temperature", temperature)
+    if public_n is not None:
+        public_n = _validate_int("public_n", public_n, 1)
+    n_dependent = [name for name, value in (("clip", clip), ("grad_clip", grad_clip),
+                                            ("step_size", step_size)) if value is None]
+    if relation == "add_remove" and public_n is None and n_dependent:
+        raise ValueError(
+            "under relation='add_remove' the row count n is private, and the default "
+            f"{', '.join(n_dependent)} of hmc depend{'s' if len(n_dependent) == 1 else ''} on it "
+            "(grad_clip and clip sqrt(dim + ln n - 5), initial step size 1/sqrt(n), mode-search "
+            "step 1/(n T)), so using them would publish n: pass public_n=, a row count chosen "
+            "without looking at the data (e.g. the planned sample size), or give clip, grad_clip "
+            "and step_size, or use relation='replace_one'")
+    n_defaults = int(model.n_rows) if public_n is None else public_n
     if not isinstance(progress, (bool, np.bool_)):
         raise ValueError("progress must be a bool")
     if not isinstance(release_clip_fraction, (bool, np.bool_)):
         raise ValueError("release_clip_fraction must be a bool")
     user_init = resolve_init(model, init, chains)
 
-    defaults = default_settings(int(model.n_rows), int(model.dim), n_leapfrog, clip, grad_clip)
+    defaults = default_settings(n_defaults, int(model.dim), n_leapfrog, clip, grad_clip)
     steps_l = defaults.n_leapfrog
     if noise is not None and grad_noise is not None:
         ratio = grad_noise / float(noise)
@@ -766,6 +801,7 @@ def hmc(
             relation=relation, warmup=warmup if adapt else 0,
             search_releases=DEFAULT_SEARCH_RELEASES if searching else 0,
             search_noise_multiplier=z * search_ratio,
+            search_step=1.0 / (n_defaults * temperature),
         )
 
     def init_state(rng: np.random.Generator, chain: int) -> HMCState:
@@ -781,6 +817,7 @@ def hmc(
         "adapted": ("mode search (averaged ascent on released gradients) and step size (dual "
                     "averaging on released acceptance) in warm-up" if searching else "none"),
         "search_releases": DEFAULT_SEARCH_RELEASES if searching else 0,
+        "public_n": "" if public_n is None else public_n,
         "init": "user" if user_init is not None else "uniform(-2, 2) unconstrained",
     }
     spec = SamplerSpec(
