@@ -129,6 +129,45 @@ def test_penalty_publishes_nothing_derived_from_n() -> None:
     _assert_nothing_from_n(fits, ("noise_sd", "step_size"))
 
 
+def _owners(n: int) -> np.ndarray:
+    """Owners "a" and "b" share the first N rows; the extra row is owner "c"'s only row."""
+    labels = np.where(np.arange(n) % 2 == 0, "a", "b")
+    labels[N:] = "c"
+    return labels
+
+
+def test_multi_owner_penalty_with_public_owners_publishes_nothing_derived_from_the_rows() -> None:
+    # Without a declared owner list, the owners present in the rows set the number of
+    # noise terms: removing "c"'s only row changed noise_sd and attrs["owners"].
+    fits = [_quiet(penalty, densities.NormalMean(y), relation="add_remove", owners=_owners(y.size),
+                   public_owners=["a", "b", "c"], **PENALTY) for y in _neighbours()]
+    _assert_nothing_from_n(fits, ("noise_sd", "step_size"))
+    assert list(fits[0].posterior.attrs["owners"]) == ["a", "b", "c"]
+
+
+def test_multi_owner_penalty_refuses_owners_without_public_owners_under_add_remove() -> None:
+    model = densities.Untouchable(densities.NormalMean(_neighbours()[0]))
+    with pytest.raises(ValueError, match=r"(?s)owners present in the rows are private.*public_owners="):
+        penalty(model, relation="add_remove", owners=_owners(N), **PENALTY)
+
+
+def test_public_owners_must_cover_every_row_and_the_message_names_no_label() -> None:
+    model = densities.Untouchable(densities.NormalMean(_neighbours()[0]))
+    labels = _owners(N)
+    labels[7] = "secret_clinic"
+    with pytest.raises(ValueError, match="not in public_owners") as excinfo:
+        penalty(model, relation="add_remove", owners=labels, public_owners=["a", "b"], **PENALTY)
+    assert "secret_clinic" not in str(excinfo.value) and "7" not in str(excinfo.value)
+
+
+def test_penalty_replace_one_is_unchanged() -> None:
+    y = _neighbours()[0]
+    fit = _quiet(penalty, densities.NormalMean(y), owners=_owners(N), **PENALTY)
+    attrs = fit.posterior.attrs
+    assert attrs["n_rows"] == N
+    assert list(attrs["owners"]) == ["a", "b"]
+
+
 # ------------------------------------------- replace-one-only samplers --
 
 

@@ -128,14 +128,54 @@ def log_acceptance(lambda_hat: float, variance: float, correction: bool = True) 
     return min(0.0, float(value))
 
 
-def _owner_index(owners: Sequence[Any] | np.ndarray | None, n_rows: int) -> tuple[np.ndarray, list[str]]:
+def _owner_index(
+    owners: Sequence[Any] | np.ndarray | None, n_rows: int,
+    public_owners: Sequence[Any] | np.ndarray | None = None,
+) -> tuple[np.ndarray, list[str]]:
+    """Each row's owner index and the owner labels (sorted).
+
+    Parameters
+    ----------
+    owners : array of length n_rows, optional
+        Owner label of each row.
+    n_rows : int
+        Number of rows (not quoted in messages: private under add/remove).
+    public_owners : sequence, optional
+        Every owner label, declared public.  Given, the labels (and their
+        number, the number of noise terms) are these, whether or not an owner
+        holds any rows; otherwise they are the labels present in ``owners``,
+        which depend on the rows.
+
+    Raises
+    ------
+    ValueError
+        If ``owners`` is not one label per row, ``public_owners`` is empty or
+        repeats a label, or a row's label is not in ``public_owners`` (the
+        message names neither the row nor the label).
+    """
     if owners is None:
+        if public_owners is not None:
+            raise ValueError("public_owners is given without owners=")
         return np.zeros(n_rows, dtype=np.intp), []
     labels = np.asarray(owners)
     if labels.ndim != 1 or labels.shape[0] != n_rows:
-        raise ValueError(f"owners must be a 1-D array of length n_rows={n_rows}, got shape {labels.shape}")
-    uniq, index = np.unique(labels, return_inverse=True)
-    return index.astype(np.intp), [str(u) for u in uniq]
+        raise ValueError("owners must be a 1-D array with one label per row (length n_rows)")
+    if public_owners is None:
+        uniq, index = np.unique(labels, return_inverse=True)
+        return index.astype(np.intp), [str(u) for u in uniq]
+    declared = np.asarray(public_owners)
+    if declared.ndim != 1 or declared.size == 0:
+        raise ValueError("public_owners must be a non-empty 1-D sequence of owner labels")
+    uniq = np.unique(declared)
+    if uniq.size != declared.size:
+        raise ValueError("public_owners must not repeat a label")
+    lookup = {u.item(): k for k, u in enumerate(uniq)}
+    present, inverse = np.unique(labels, return_inverse=True)
+    where = [lookup.get(u.item()) for u in present]
+    if any(k is None for k in where):
+        raise ValueError("owners contains a label that is not in public_owners; declare every owner")
+    index = np.asarray(where, dtype=np.intp)[inverse.reshape(-1)] if where else np.zeros(0, np.intp)
+    return index, [str(u) for u in uniq]
 
 
 def _decide(
@@ -160,6 +200,7 @@ def build_kernel(
     owners: Sequence[Any] | np.ndarray | None = None,
     noise_sd: float | None = None,
     correction: bool = True,
+    public_owners: Sequence[Any] | np.ndarray | None = None,
 ):
     """Build the penalty kernel.
 
@@ -186,6 +227,9 @@ def build_kernel(
         ``noise_sd`` happens to match the calibrated value.
     correction : bool
         Keep the penalty term (``False`` only to show that it matters).
+    public_owners : sequence, optional
+        Every owner label, declared public: one noise term per declared
+        owner, whether it holds rows or not (see :func:`penalty`).
 
     Returns
     -------
@@ -194,7 +238,7 @@ def build_kernel(
     """
     if not clip > 0 or (np.isinf(clip) and noise_sd is None):
         raise ValueError(f"clip must be positive (and finite unless noise_sd is fixed), got {clip!r}")
-    owner_index, labels = _owner_index(owners, int(density.n_rows))
+    owner_index, labels = _owner_index(owners, int(density.n_rows), public_owners)
     n_owners = max(1, len(labels))
     factor = sensitivity_factor(relation)
     n_rows = int(density.n_rows)
@@ -254,6 +298,7 @@ def penalty(
     relation: str = "replace_one",
     progress: bool = True,
     owners: Sequence[Any] | np.ndarray | None = None,
+    public_owners: Sequence[Any] | np.ndarray | None = None,
     release_clip_fraction: bool = False,
 ):
     """Differentially private penalty MCMC.
@@ -298,7 +343,16 @@ def penalty(
         Show a progress bar.
     owners : array of length n_rows, optional
         Data owner of each row (Yıldırım, Alg. 2): each owner's clipped sum
-        is released with its own noise.
+        is released with its own noise.  The owner labels present in the
+        rows determine the number of noise terms (hence ``noise_sd``) and
+        ``attrs["owners"]``; under ``relation="add_remove"`` removing an
+        owner's only row would change them, so there ``public_owners`` is
+        required.
+    public_owners : sequence, optional
+        Every owner label, declared public (chosen without looking at which
+        owners hold rows): one noise term per declared owner, rows or not;
+        every label in ``owners`` must be one of them.  Required with
+        ``owners`` under add/remove; optional under replace-one.
     release_clip_fraction : bool
         Also return ``clip_fraction`` in ``sample_stats``.  It is computed
         from the raw data WITHOUT noise: the output is then not DP
@@ -315,7 +369,8 @@ def penalty(
     Raises
     ------
     TypeError, ValueError
-        For invalid arguments — before any data is touched.
+        For invalid arguments, or ``owners`` without ``public_owners`` under
+        add/remove — before any data is touched.
     stan_dp.accounting.PrivacyBudgetError
         If the run does not fit the budget — before any data is touched.
     """
@@ -325,7 +380,13 @@ def penalty(
     clip = _validate_positive("clip", clip)
     temperature = _validate_positive("temperature", temperature)
     prop = make_proposal(proposal, step_size, int(model.dim))
-    _, labels = _owner_index(owners, int(model.n_rows))
+    if relation == "add_remove" and owners is not None and public_owners is None:
+        raise ValueError(
+            "under relation='add_remove' the owners present in the rows are private: removing an "
+            "owner's only row would change the number of noise terms (and noise_sd) and the "
+            "owners reported; pass public_owners=, every owner label declared public, or use "
+            "relation='replace_one'")
+    _, labels = _owner_index(owners, int(model.n_rows), public_owners)
     user_init = resolve_init(model, init, chains)
     if not isinstance(release_clip_fraction, (bool, np.bool_)):
         raise ValueError("release_clip_fraction must be a bool")
@@ -336,7 +397,7 @@ def penalty(
 
     def make_kernel(z: float):
         return build_kernel(model, prop, clip=clip, noise_multiplier=z, temperature=temperature,
-                            relation=relation, owners=owners)
+                            relation=relation, owners=owners, public_owners=public_owners)
 
     steps = np.broadcast_to(np.asarray(step_size, dtype=float), (int(model.dim),))
     run_attrs: dict[str, Any] = {
