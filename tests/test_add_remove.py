@@ -169,6 +169,16 @@ def test_penalty_replace_one_is_unchanged() -> None:
 
 
 # ------------------------------------------- replace-one-only samplers --
+@pytest.mark.parametrize("sampler, extra", [
+    (subsampled_penalty, dict(batch_size=20, clip=2.0)),
+    (barker, dict(batch_size=50)),
+])
+def test_replace_one_only_samplers_refuse_add_remove_before_touching_data(sampler, extra) -> None:
+    # The batch fraction b/n, the tempering n0/n, Barker's clip sqrt(b)/n and the
+    # accounting all use n; the theorems are proven for replace-one neighbours.
+    model = densities.Untouchable(densities.NormalMean(_neighbours()[0]))
+    with pytest.raises(ValueError, match=r"(?s)relation='replace_one' only.*private under add/remove"):
+        sampler(model, relation="add_remove", step_size=0.1, iterations=20, **extra, **BUDGET)
 
 
 def test_penalty_expfamily_refuses_add_remove_before_touching_data() -> None:
@@ -176,6 +186,18 @@ def test_penalty_expfamily_refuses_add_remove_before_touching_data() -> None:
     with pytest.raises(ValueError, match="add_remove"):
         penalty_expfamily(model, relation="add_remove", clip=3.0, step_size=0.1, iterations=20,
                           **BUDGET)
+
+
+@pytest.mark.parametrize("sampler, extra", [
+    (subsampled_penalty, dict(batch_size=20, clip=2.0, n0=50.0)),
+    (barker, dict(batch_size=N, n0=50.0, epsilon=10.0)),  # Barker: few steps fit at n = 200
+])
+def test_replace_one_only_samplers_still_run_and_report_n(sampler, extra) -> None:
+    fit = _quiet(sampler, densities.NormalMean(_neighbours()[0]), relation="replace_one",
+                 step_size=0.1, iterations=10, **{**BUDGET, **extra})
+    attrs = fit.posterior.attrs
+    assert attrs["n_rows"] == N
+    assert attrs["temperature"] == pytest.approx(50.0 / N)
 
 
 # --------------------------------------------------------- messages, CLI --

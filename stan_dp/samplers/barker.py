@@ -75,6 +75,13 @@ RELEASED_STATS = ("acceptance_rate", "is_accepted", "step_size", "variance_excee
 NONPRIVATE_STATS = ("clip_fraction", "batch_variance")
 """Raw-data statistics of the batch, released only on opt-in (``release_nonprivate``)."""
 
+ADD_REMOVE_REFUSAL = (
+    "barker supports relation='replace_one' only: Theorem 8 (seed 003) is proven for replace-one "
+    "neighbours, and the clip sqrt(b)/n, the test noise, the tempering n0/n and the RDP curve "
+    "all use the row count n, which is private under add/remove; use relation='replace_one' "
+    "(n public), or penalty/hmc for add/remove")
+"""Why :func:`barker` refuses ``relation="add_remove"``."""
+
 
 class BarkerInfo(NamedTuple):
     """Per-iteration information."""
@@ -185,6 +192,7 @@ def barker(
     seed: int | np.random.SeedSequence | None = None,
     progress: bool = True,
     release_nonprivate: Sequence[str] = (),
+    relation: str = "replace_one",
 ):
     """Differentially private Barker MCMC on minibatches (seed 003, Algorithm 2, Theorem 8).
 
@@ -225,6 +233,9 @@ def barker(
     release_nonprivate : sequence of str
         Any of ``"clip_fraction"``, ``"batch_variance"``: raw-data diagnostics
         WITHOUT privacy (a :class:`~stan_dp.inference.PrivacyWarning` is issued).
+    relation : {"replace_one"}
+        Replace-one only; ``"add_remove"`` is refused before any data is
+        touched (see :data:`ADD_REMOVE_REFUSAL`).
 
     Returns
     -------
@@ -245,7 +256,9 @@ def barker(
     """
     check_row_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=None,
-                      chains=chains, warmup=warmup, relation="replace_one", seed=seed)
+                      chains=chains, warmup=warmup, relation=relation, seed=seed)
+    if relation != "replace_one":
+        raise ValueError(ADD_REMOVE_REFUSAL)
     n_rows = int(model.n_rows)
     b = mb.validate_batch_size(batch_size, n_rows)
     curve = barker_step_rdp(b, n_rows, correction_variance)  # validates C and b for Theorem 8

@@ -66,6 +66,14 @@ RELEASED_STATS = ("acceptance_rate", "is_accepted", "noise_sd", "step_size")
 NONPRIVATE_STATS = ("clip_fraction", "batch_variance")
 """Raw-data statistics of the batch, released only on opt-in (``release_nonprivate``)."""
 
+ADD_REMOVE_REFUSAL = (
+    "subsampled_penalty supports relation='replace_one' only: its sensitivity (seed 003, "
+    "Lemma 1 and Theorem 9) and the amplification by sampling without replacement are proven for "
+    "replace-one neighbours, and the estimate's scale n/b, the batch fraction b/n, the tempering "
+    "n0/n and the accounting all use the row count n, which is private under add/remove; use "
+    "relation='replace_one' (n public), or penalty/hmc for add/remove")
+"""Why :func:`subsampled_penalty` refuses ``relation="add_remove"``."""
+
 
 class SubsampledInfo(NamedTuple):
     """Per-iteration information."""
@@ -180,6 +188,7 @@ def subsampled_penalty(
     seed: int | np.random.SeedSequence | None = None,
     progress: bool = True,
     release_nonprivate: Sequence[str] = (),
+    relation: str = "replace_one",
 ):
     """Differentially private penalty MCMC on minibatches (seed 003, Section 4.1, Theorem 9).
 
@@ -217,6 +226,9 @@ def subsampled_penalty(
         Any of ``"clip_fraction"``, ``"batch_variance"``: raw-data diagnostics
         added to ``sample_stats`` WITHOUT privacy (a
         :class:`~stan_dp.inference.PrivacyWarning` is issued).
+    relation : {"replace_one"}
+        Replace-one only; ``"add_remove"`` is refused before any data is
+        touched (see :data:`ADD_REMOVE_REFUSAL`).
 
     Returns
     -------
@@ -236,7 +248,9 @@ def subsampled_penalty(
     """
     check_row_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
-                      chains=chains, warmup=warmup, relation="replace_one", seed=seed)
+                      chains=chains, warmup=warmup, relation=relation, seed=seed)
+    if relation != "replace_one":
+        raise ValueError(ADD_REMOVE_REFUSAL)
     n_rows = int(model.n_rows)
     b = mb.validate_batch_size(batch_size, n_rows)
     clip = validate_positive("clip", clip)
