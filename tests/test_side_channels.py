@@ -188,3 +188,22 @@ def test_expfamily_row_stats_conversion_error_names_no_value(compiled):
         model.row_stats()
     assert "12345" not in str(err.value) and err.value.__cause__ is None
     assert err.value.__suppress_context__
+
+
+def test_overflowing_row_ratio_emits_no_warning_in_barker():
+    """DP Barker silences "overflow encountered in subtract" too (it ignored only "invalid").
+
+    ``1e308 mu' - 1e308 mu`` overflows when both terms are finite and
+    ``|mu' - mu| > 1.8``; with seed 2 such proposals occur (the previous code
+    warned three times).  Every warning but stan_dp's UtilityWarning (the
+    mixing verdict) is an error.
+    """
+    from stan_dp.samplers.barker import barker
+
+    x = np.r_[np.zeros(199), 1e308]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=UtilityWarning)
+        idata = barker(_HugeRatio(x), epsilon=20.0, delta=1e-5, batch_size=200, iterations=30,
+                       step_size=2.0, chains=2, init=np.array([0.9]), seed=2, progress=False)
+    assert idata.posterior["mu"].shape == (2, 30)
