@@ -29,25 +29,32 @@ samplers stay available (``stan_dp.hmc`` etc.); ``auto`` chooses the Gaussian.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from stan_dp.accounting import gaussian_epsilon, validate_privacy_params
+from stan_dp.accounting import Budget, Release, gaussian_epsilon, validate_privacy_params
 from stan_dp.accounting.validation import check_relation
-from stan_dp.adaptation.forecast import forecast, pld_mean_budget
-from stan_dp.adaptation.newton import AdaptationSettings, adaptation_releases, private_mode
+from stan_dp.adaptation.forecast import Forecast, forecast, pld_mean_budget, whitened_grad_scale
+from stan_dp.adaptation.newton import (
+    AdaptationResult,
+    AdaptationSettings,
+    adaptation_releases,
+    private_mode,
+)
+from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import UtilityWarning, emit
-from stan_dp.inference import resolve_init, validate_run_args
+from stan_dp.inference import preceding_releases, resolve_init, validate_run_args
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws
+from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs
 from stan_dp.version import __version__
 
-__all__ = ["METHODS", "FORECAST_LIMIT", "sample"]
+__all__ = ["METHODS", "FORECAST_LIMIT", "sample", "choose_method"]
 
 METHODS = ("auto", "gaussian", "hmc", "penalty", "subsampled_penalty", "barker")
 """Methods :func:`sample` accepts."""
@@ -148,18 +155,15 @@ def sample(
                                  or public_n < 1):
         raise ValueError(f"public_n must be a positive integer, got {public_n!r}")
     model = _as_model(model, data)
-    if method not in ("auto", "gaussian"):
-        from stan_dp.samplers.barker import barker
-        from stan_dp.samplers.hmc import hmc
-        from stan_dp.samplers.penalty import penalty
-        from stan_dp.samplers.subsampled import subsampled_penalty
-
-        fn = {"hmc": hmc, "penalty": penalty, "subsampled_penalty": subsampled_penalty,
-              "barker": barker}[method]
-        return fn(model, epsilon=epsilon, delta=delta, chains=chains, seed=seed, relation=relation,
-                  init=init, progress=progress, **method_options)
-    return _gaussian(model, epsilon=epsilon, delta=delta, chains=chains, draws=draws, seed=seed,
-                     relation=relation, public_n=public_n, init=init, **method_options)
+    if method == "auto":
+        method = choose_method(int(model.n_rows) if public_n is None else int(public_n),
+                               int(model.dim), epsilon, delta, relation)
+    if method == "gaussian":
+        return _gaussian(model, epsilon=epsilon, delta=delta, chains=chains, draws=draws, seed=seed,
+                         relation=relation, public_n=public_n, init=init, **method_options)
+    return _mcmc(method, model, epsilon=epsilon, delta=delta, chains=chains, draws=draws, seed=seed,
+                 relation=relation, public_n=public_n, init=init, progress=progress,
+                 **method_options)
 
 
 def _fitting_pld_mean(epsilon: float, delta: float, settings: AdaptationSettings) -> float:
@@ -178,30 +182,45 @@ def _fitting_pld_mean(epsilon: float, delta: float, settings: AdaptationSettings
     raise RuntimeError("could not fit the adaptation in the budget")  # pragma: no cover
 
 
-def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
-              relation: str, public_n: int | None, init: Any,
-              settings: AdaptationSettings = AdaptationSettings()):
-    check_row_density(model, gradients=True)
-    validate_run_args(epsilon=epsilon, delta=delta, iterations=draws, noise=None, chains=chains,
-                      warmup=0, relation=relation, seed=seed)
+class _Adapted(NamedTuple):
+    result: AdaptationResult
+    attrs: dict[str, Any]
+    releases: list[Release]
+    forecast: Forecast
+    n_public: int
+    draw_seed: Any
+
+
+def _validated_start(model: Any, init: Any) -> np.ndarray:
+    start = resolve_init(model, init, 1)
+    start = np.zeros(int(model.dim)) if start is None else start[0]
+    if not np.isfinite(float(model.log_prior(start))):
+        raise ValueError("the log prior is not finite at the starting point; pass init=")
+    return start
+
+
+def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any, relation: str,
+           public_n: int | None, start: np.ndarray, settings: AdaptationSettings) -> _Adapted:
+    """Forecast (public), then the private adaptation with ``share`` of the budget's PLD mean.
+
+    Everything up to the private search touches no data; the caller has
+    validated all its own arguments before calling.
+    """
     if not isinstance(settings, AdaptationSettings):
         raise TypeError("settings must be an AdaptationSettings")
     dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
-    start = resolve_init(model, init, 1)
-    start = np.zeros(dim) if start is None else start[0]
-    if not np.isfinite(float(model.log_prior(start))):
-        raise ValueError("the log prior is not finite at the starting point; pass init=")
-    share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
-    fc = forecast(n_public, dim, epsilon, delta, relation=relation, kappa=settings.kappa, share=share)
+    final_share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
+    fc = forecast(n_public, dim, epsilon, delta, relation=relation, kappa=settings.kappa,
+                  share=final_share * share)
     attrs: dict[str, Any] = {"warnings": ""}
     if fc.expected_error > FORECAST_LIMIT:
         emit([f"forecast from public facts (n={n_public}, dim={dim}, epsilon={epsilon:g}, "
-              f"delta={delta:g}): the private mean is expected to be off by about "
+              f"delta={delta:g}): the private mode is expected to be off by about "
               f"{fc.expected_error:.2g} posterior sds per coordinate (information floor "
-              f"{fc.floor:.2g}); a larger epsilon or more rows would help"], attrs)
-
-    budget_m = _fitting_pld_mean(epsilon, delta, settings)
+              f"{fc.floor:.2g}); a larger epsilon or more rows would help"], attrs, stacklevel=4)
+    budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
+    releases = adaptation_releases(budget_m, settings)
 
     # ---- nothing above touched the data ----
     root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -212,32 +231,53 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         result = private_mode(model, n_public=n_public, pld_mean=budget_m, relation=relation,
                               rng_noise=stream.noise, init=start, settings=settings)
     # ---- post-processing of released values only from here on ----
-    ledger = result.ledger
-    grouped = Counter(e.noise_multiplier for e in ledger.entries)
+    post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
+    noise_sd = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd
+    if not result.settled:
+        emit(["the private mode search did not settle (its last steps were still large or went "
+              "back): the mode may be far from the posterior's; a larger epsilon, more rows, a "
+              "data-independent init= nearer the posterior, or rescaled parameters would help"],
+             attrs, stacklevel=4)
+    attrs.update({
+        "adaptation_share": float(share),
+        "adaptation_releases": len(result.ledger.entries),
+        "release_summary": result.ledger.summary(),
+        "grad_clip_whitened": float(result.grad_clip),
+        "search_settled": bool(result.settled),
+        "rounds_averaged": int(result.rounds_averaged),
+        "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
+        "forecast_error": float(fc.expected_error),
+        "forecast_floor": float(fc.floor),
+        "public_n": n_public if relation == "add_remove" else "",
+        "stan_dp_version": __version__,
+    })
+    return _Adapted(result, attrs, releases, fc, n_public, draw_seed)
+
+
+def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
+              relation: str, public_n: int | None, init: Any,
+              settings: AdaptationSettings = AdaptationSettings()):
+    check_row_density(model, gradients=True)
+    validate_run_args(epsilon=epsilon, delta=delta, iterations=draws, noise=None, chains=chains,
+                      warmup=0, relation=relation, seed=seed)
+    start = _validated_start(model, init)
+    adapted = _adapt(model, epsilon=epsilon, delta=delta, share=1.0, seed=seed, relation=relation,
+                     public_n=public_n, start=start, settings=settings)
+    result, attrs = adapted.result, adapted.attrs
+    grouped = Counter(e.noise_multiplier for e in result.ledger.entries)
     spent = gaussian_epsilon(list(grouped), list(grouped.values()), delta)
     cov = result.covariance + result.noise_covariance
     cov = 0.5 * (cov + cov.T)
     lam, q = np.linalg.eigh(cov)
     root_cov = q * np.sqrt(np.maximum(lam, 0.0))
-    rng = np.random.Generator(np.random.PCG64(None if seed is None else draw_seed))
-    z = rng.standard_normal((chains, draws, dim))
-    unconstrained = result.mode + z @ root_cov.T
-    constrained = constrain_draws(model.constrain, unconstrained)
-
-    post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
-    noise_sd = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd
-    messages = []
-    if not result.settled:
-        messages.append(
-            "the private mode search did not settle (its last steps were still large or went "
-            "back): the mode may be far from the posterior's; a larger epsilon, more rows, a "
-            "data-independent init= nearer the posterior, or rescaled parameters would help")
-    if float(np.max(noise_sd)) > NOISE_LIMIT:
-        messages.append(
-            f"the privacy noise in the mean is up to {float(np.max(noise_sd)):.2g} posterior sds "
-            "(released estimate); the draws are widened by it so intervals stay calibrated, but "
-            "the mean is imprecise")
-    emit(messages, attrs)
+    rng = np.random.Generator(np.random.PCG64(None if seed is None else adapted.draw_seed))
+    z = rng.standard_normal((chains, draws, int(model.dim)))
+    constrained = constrain_draws(model.constrain, result.mode + z @ root_cov.T)
+    noise = attrs["max_noise_sd_in_posterior_sds"]
+    if noise > NOISE_LIMIT:
+        emit([f"the privacy noise in the mean is up to {noise:.2g} posterior sds (released "
+              "estimate); the draws are widened by it so intervals stay calibrated, but the mean "
+              "is imprecise"], attrs)
     attrs.update({
         "sampler": "gaussian",
         "method": "noise-aware Gaussian approximation at a private mode",
@@ -250,19 +290,149 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         "iterations": int(draws),
         "warmup": 0,
         "seeded": seed is not None,
-        "releases": len(ledger.entries),
-        "release_summary": ledger.summary(),
-        "adaptation_share": 1.0,
-        "grad_clip_whitened": float(result.grad_clip),
-        "search_settled": bool(result.settled),
-        "rounds_averaged": int(result.rounds_averaged),
-        "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
-        "forecast_error": float(fc.expected_error),
-        "forecast_floor": float(fc.floor),
-        "public_n": n_public if relation == "add_remove" else "",
+        "releases": len(result.ledger.entries),
         "mixed": True,
     })
     if relation == "replace_one":
         attrs["n_rows"] = int(model.n_rows)
-    attrs["stan_dp_version"] = __version__
     return build_inference_data(constrained, {}, warmup=0, attrs=attrs)
+
+
+MCMC_ADAPTATION_SHARE = 0.5
+"""Share of the budget (PLD mean) the adaptation gets before a chain runs."""
+MCMC_WARMUP = 200
+"""Warm-up iterations per chain after the adaptation (counted in the budget)."""
+MCMC_ITERATIONS = 1000
+"""Post-warm-up draws per chain after the adaptation."""
+MCMC_LEAPFROG = 3
+"""Leapfrog steps of DP HMC after the adaptation."""
+MCMC_BATCH = 1000
+"""Batch size of the minibatch samplers after the adaptation (at most n)."""
+RATIO_NOISE_TARGET = 1.0
+"""Step sizes make the log-ratio noise sd about this (penalty family), capped at 2.38 / sqrt(d)."""
+
+
+def _ratio_noise_multiplier(epsilon: float, delta: float, relation: str, preceding: list[Release],
+                            iterations: int, chains: int, plan: list[Release], once: list[Release] = ()) -> float:
+    """The log-ratio noise multiplier a run of ``plan`` gets from what the adaptation left."""
+    budget = Budget(epsilon, delta, relation=relation, preceding=tuple(preceding))
+    return float(budget.calibrate(plan, iterations, chains=chains, once=list(once)))
+
+
+def choose_method(n_public: int, dim: int, epsilon: float, delta: float, relation: str,
+                  settings: AdaptationSettings = AdaptationSettings()) -> str:
+    """``method="auto"``: ``"penalty"`` when a chain can mix after the adaptation, else ``"gaussian"``.
+
+    From public facts only.  After the adaptation (half the budget) the
+    penalty chain of :data:`MCMC_ITERATIONS` + :data:`MCMC_WARMUP` iterations
+    per chain has noise multiplier ``z``; with the public clip
+    ``kappa C_w`` and the largest useful step ``2.38 / sqrt(d)`` per
+    coordinate (Roberts & Rosenthal's optimal random-walk scale in posterior
+    units), its log-ratio noise sd is ``2 z kappa C_w 2.38``.  A chain whose
+    noise sd exceeds 2 at that step barely moves (penalised acceptance
+    ``exp(-sd^2/2)``), and the averaged one-step estimate of the Gaussian uses
+    the same budget better; at the sizes of ``benchmarks/utility.py``
+    (n <= 1e5) this sd is 10-1000, so ``auto`` picks the Gaussian there.
+    """
+    m = pld_mean_budget(epsilon, delta) * (1.0 - MCMC_ADAPTATION_SHARE)
+    z = math.sqrt((4 * (MCMC_ITERATIONS + MCMC_WARMUP)) / (2.0 * m))
+    clip = settings.kappa * whitened_grad_scale(n_public, dim)
+    factor = 2.0 if relation == "replace_one" else 1.0
+    sd = factor * z * clip * 2.38
+    return "penalty" if sd <= 2.0 else "gaussian"
+
+
+def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
+          relation: str, public_n: int | None, init: Any, progress: bool,
+          settings: AdaptationSettings = AdaptationSettings(),
+          adaptation_share: float = MCMC_ADAPTATION_SHARE, **options: Any):
+    """Adaptation with ``adaptation_share`` of the budget, then ``method`` on the whitened density."""
+    from stan_dp.samplers.barker import barker
+    from stan_dp.samplers.hmc import hmc
+    from stan_dp.samplers.penalty import penalty
+    from stan_dp.samplers.subsampled import subsampled_penalty
+
+    check_row_density(model, gradients=True)
+    if method in ("subsampled_penalty", "barker") and relation != "replace_one":
+        raise ValueError(f"{method} is accounted for replace-one neighbours only")
+    if not (isinstance(adaptation_share, float) and 0.0 < adaptation_share < 1.0):
+        raise ValueError(f"adaptation_share must be a float in (0, 1), got {adaptation_share!r}")
+    if method == "barker":
+        # Barker has no noise to trade for iterations: its budget fixes the
+        # number of steps, so by default the run is as long as the budget allows.
+        warmup = int(options.pop("warmup", 0))
+        iterations = options.pop("iterations", None)
+    else:
+        warmup = int(options.pop("warmup", MCMC_WARMUP))
+        iterations = int(options.pop("iterations", draws if draws != 1000 else MCMC_ITERATIONS))
+    validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=None, chains=chains,
+                      warmup=warmup, relation=relation, seed=seed)
+    start = _validated_start(model, init)
+    d = int(model.dim)
+    n_public = int(model.n_rows) if public_n is None else int(public_n)
+    clip = float(options.pop("clip", settings.kappa * whitened_grad_scale(n_public, d)))
+    factor = 2.0 if relation == "replace_one" else 1.0
+    max_step = 2.38 / math.sqrt(d)
+    # The adaptation's releases are fixed by the budget split alone, so the
+    # chain's noise can be calibrated (and refused) before any data is read.
+    pre = adaptation_releases(_fitting_pld_mean(epsilon, delta, settings) * adaptation_share, settings)
+    kwargs: dict[str, Any] = {"epsilon": epsilon, "delta": delta, "chains": chains, "warmup": warmup,
+                              "iterations": iterations, "progress": progress}
+    if method == "penalty":
+        z = _ratio_noise_multiplier(epsilon, delta, relation, pre, warmup + iterations, chains,
+                                    [Release(1.0)])
+        step = min(max_step, RATIO_NOISE_TARGET / (factor * z * clip * math.sqrt(d)))
+        kwargs.update(clip=clip, step_size=step, proposal="gaussian", relation=relation)
+        fn = penalty
+    elif method == "hmc":
+        ratio = 0.6 * math.sqrt(MCMC_LEAPFROG)   # DP HMC's default z_g / z_l at grad_clip = clip
+        z = _ratio_noise_multiplier(epsilon, delta, relation, pre, warmup + iterations, chains,
+                                    [Release(1.0), Release(ratio, MCMC_LEAPFROG)], [Release(ratio)])
+        step = min(0.5, RATIO_NOISE_TARGET / (factor * z * clip * MCMC_LEAPFROG * math.sqrt(d)))
+        kwargs.update(clip=clip, grad_clip=clip, step_size=step, n_leapfrog=MCMC_LEAPFROG,
+                      relation=relation)
+        fn = hmc
+    elif method == "subsampled_penalty":
+        b = min(n_public, MCMC_BATCH)
+        kwargs.update(clip=clip, step_size=min(max_step, math.sqrt(b) / (n_public * clip * math.sqrt(d))),
+                      batch_size=b)
+        fn = subsampled_penalty
+    elif method == "barker":
+        b = min(n_public, MCMC_BATCH)
+        kwargs.update(step_size=min(max_step, math.sqrt(b) / (n_public * clip * math.sqrt(d))),
+                      batch_size=b)
+        fn = barker
+    else:  # pragma: no cover - checked by sample()
+        raise ValueError(method)
+    kwargs.update(options)
+
+    adapted = _adapt(model, epsilon=epsilon, delta=delta, share=adaptation_share, seed=seed,
+                     relation=relation, public_n=public_n, start=start, settings=settings)
+    result = adapted.result
+    lam, q = np.linalg.eigh(0.5 * (result.covariance + result.covariance.T))
+    frame = (q * np.sqrt(np.maximum(lam, 1e-300))) @ q.T
+    whitened = WhitenedDensity(model, result.mode, frame)
+    # overdispersed, data-independent starts around the released mode
+    rng = np.random.Generator(np.random.PCG64(None if seed is None else adapted.draw_seed))
+    kwargs["init"] = rng.standard_normal((chains, d))
+    chain_seed = None if seed is None else adapted.draw_seed.spawn(1)[0]
+    with preceding_releases(adapted.releases), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UtilityWarning)
+        fit = fn(whitened, seed=chain_seed, **kwargs)
+    attrs = dict(fit.attrs)
+    for w in caught:
+        if not issubclass(w.category, UtilityWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    messages = [m for m in adapted.attrs["warnings"].split("\n") if m]
+    messages += [m for m in str(attrs.get("warnings", "")).split("\n") if m]
+    for message in messages:
+        warnings.warn(message, UtilityWarning, stacklevel=3)
+    extra = {k: v for k, v in adapted.attrs.items() if k != "warnings"}
+    extra.update({"warnings": "\n".join(messages), "adapted_frame": "private mode and covariance",
+                  "seeded": seed is not None})
+    if relation == "add_remove":
+        extra["n_rows"] = ""
+    for group in fit.groups():
+        fit[group].attrs.update(netcdf_safe_attrs(extra))
+    fit.attrs.update(netcdf_safe_attrs(extra))
+    return fit

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import logging
 import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -54,6 +56,7 @@ __all__ = [
     "resolve_init",
     "initial_position",
     "run",
+    "preceding_releases",
 ]
 
 logger = logging.getLogger(__name__)
@@ -251,6 +254,8 @@ def resolve_budget(
 def resolve_curve_budget(
     budget: Budget, curve: RdpCurve, *, iterations: int | None, warmup: int, chains: int,
 ) -> BudgetPlan:
+    # Gaussian releases made before the run (budget.preceding) compose with
+    # the curve order by order (their RDP is alpha * M).
     """Run size of a sampler accounted by a per-step RDP curve, or refuse.
 
     Every iteration of every chain (warm-up included) is one step of
@@ -267,7 +272,10 @@ def resolve_curve_budget(
     PrivacyBudgetError
         If the requested run (or one post-warm-up iteration) does not fit.
     """
-    max_steps = curve_max_steps(curve, budget.epsilon, budget.delta)
+    pre_m = sum(r.count / (2.0 * r.noise_multiplier**2) for r in budget.preceding)
+    if any(r.subsampled for r in budget.preceding):
+        raise ValueError("a curve-accounted run can only follow plain Gaussian releases")
+    max_steps = curve_max_steps(curve, budget.epsilon, budget.delta, pre_m)
     max_total = max_steps // chains
     if iterations is None:
         its = max_total - warmup
@@ -287,8 +295,28 @@ def resolve_curve_budget(
                 f"{budget.epsilon:g}, delta={budget.delta:g}) under {curve.name}; at most "
                 f"{max_total} iterations per chain fit"
             )
-    spent = curve_epsilon(curve, chains * (warmup + its), budget.delta)
+    spent = curve_epsilon(curve, chains * (warmup + its), budget.delta, pre_m)
     return BudgetPlan(its, float("nan"), spent, ACCOUNTANT_CURVE)
+
+
+_PRECEDING: ContextVar[tuple[Release, ...]] = ContextVar("stan_dp_preceding_releases", default=())
+
+
+@contextmanager
+def preceding_releases(releases: Sequence[Release]) -> Iterator[None]:
+    """Account ``releases``, already made on the same data, in every run started inside.
+
+    :func:`stan_dp.sample` runs its private adaptation first and then a
+    sampler on the adapted density; inside this context the sampler's
+    :func:`run` composes the adaptation's releases with its own
+    (:attr:`stan_dp.accounting.Budget.preceding`), so the whole run spends
+    at most ``(epsilon, delta)``, and records them in ``attrs``.
+    """
+    token = _PRECEDING.set(tuple(releases))
+    try:
+        yield
+    finally:
+        _PRECEDING.reset(token)
 
 
 INIT_RADIUS = 2.0
@@ -436,7 +464,8 @@ def run(
     if unknown:
         raise ValueError(f"cannot release {unknown}: not a diagnostic of {spec.name}")
 
-    budget = Budget(float(epsilon), float(delta), relation=relation)
+    preceding = _PRECEDING.get()
+    budget = Budget(float(epsilon), float(delta), relation=relation, preceding=preceding)
     if spec.step_rdp is not None:
         if noise is not None:
             raise ValueError(f"{spec.name} has no noise multiplier to choose; pass noise=None")
@@ -494,6 +523,7 @@ def run(
         "accountant": resolved.accountant,
         "seeded": seed is not None,
         "nonprivate_outputs": ",".join(release_nonprivate),
+        "preceding_releases": int(sum(r.count for r in preceding)),
         "stan_dp_version": _version(),
     }
     if relation == "replace_one":

@@ -5,8 +5,8 @@ logistic regressions (Newton-polished MAP and its inverse Hessian), with
 standardised and unstandardised predictors (a column in metres around 5 km,
 one in thousands).  Tolerances come from the measured privacy noise of the
 mode: at n = 1e4, epsilon = 4 the released noise sd of the private mode is
-0.3 posterior sds per coordinate (attrs), so the worst of 4 coordinates is
-below 1.2 sd with probability > 0.99 (4 sds of that noise).
+0.25 posterior sds per coordinate (attrs), so the worst of 4 coordinates is
+below 1.0 sd with probability > 0.99 (4 sds of that noise).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_private_mode_is_as_accurate_on_unstandardised_data(unstandardised):
         assert not caught, [str(w.message) for w in caught]
         sd_ratio = fit.posterior["b"].std(("chain", "draw")).values / np.sqrt(np.diag(cov))
         assert np.all(sd_ratio > 0.8) and np.all(sd_ratio < 1.6)   # widened by the noise, not shrunk
-    assert max(errors) < 1.2, errors
+    assert max(errors) < 1.0, errors
 
 
 def test_accounting_equals_the_closed_form_of_the_composed_gaussians():
@@ -220,3 +220,85 @@ def test_forecast_floor_is_the_one_release_noise_in_the_whitened_frame():
     assert fc.floor == pytest.approx(2 * c_w / gdp_mu(eps, delta))
     # mu is the Gaussian-DP parameter: one release at noise multiplier 1/mu spends exactly epsilon
     assert stan_dp.accounting.gaussian_epsilon(1 / gdp_mu(eps, delta), 1, delta) == pytest.approx(eps, rel=1e-6)
+
+
+# ------------------------------------------------------------- after the adaptation: chains --
+def test_budget_composes_preceding_releases_exactly():
+    from stan_dp.accounting import Budget, Release
+
+    pre = (Release(20.0, 30), Release(7.0, 2))
+    budget = Budget(3.0, 1e-6, preceding=pre)
+    z = budget.calibrate([Release(1.0)], 500, chains=2)
+    m = 30 / (2 * 20.0**2) + 2 / (2 * 7.0**2) + 2 * 500 / (2 * z**2)   # PLD mean, all releases
+    mu = np.sqrt(2 * m)
+    delta = stats.norm.cdf(-3.0 / mu + mu / 2) - np.exp(3.0) * stats.norm.cdf(-3.0 / mu - mu / 2)
+    assert delta == pytest.approx(1e-6, rel=1e-4)          # exactly the budget, nothing left over
+    assert budget.max_iterations([Release(z)], chains=2) == 500
+    assert Budget(3.0, 1e-6).calibrate([Release(1.0)], 500, chains=2) < z   # the adaptation costs
+
+
+def test_curve_composes_preceding_gaussian_releases():
+    from stan_dp.accounting import barker_step_rdp, curve_epsilon, gaussian_epsilon
+
+    curve = barker_step_rdp(200, 10_000, 1.6)
+    m = 0.05
+    alone = curve_epsilon(curve, 100, 1e-5)
+    both = curve_epsilon(curve, 100, 1e-5, gaussian_pld_mean=m)
+    gauss_only = curve_epsilon(curve, 0, 1e-5, gaussian_pld_mean=m)
+    assert both > alone and both > gauss_only
+    # RDP of the Gaussian alone, converted, is an upper bound on its exact epsilon, and close to it
+    exact = gaussian_epsilon(1 / np.sqrt(2 * m), 1, 1e-5)
+    assert exact <= gauss_only <= 1.3 * exact
+
+
+@pytest.mark.parametrize("method", ["penalty", "hmc", "subsampled_penalty", "barker"])
+def test_every_sampler_runs_after_the_adaptation_with_only_a_budget(method):
+    model = logistic(2000, 1, True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = stan_dp.sample(model, epsilon=3.0, delta=1e-5, method=method, seed=5, chains=2,
+                             progress=False, **({} if method == "barker" else {"iterations": 50, "warmup": 10}))
+    attrs = fit.attrs
+    assert attrs["epsilon_spent"] <= 3.0 * (1 + 1e-12)
+    assert attrs["preceding_releases"] == attrs["adaptation_releases"] > 0
+    assert fit.posterior["b"].shape[-1] == model.dim
+    # at this budget no chain mixes, and the run says so
+    assert any(issubclass(w.category, UtilityWarning) for w in caught)
+    assert attrs["warnings"]
+
+
+def test_penalty_after_adaptation_is_accounted_as_one_run():
+    from stan_dp.accounting import Budget, Release
+    from stan_dp.auto import MCMC_ADAPTATION_SHARE, _fitting_pld_mean
+
+    model = logistic(1000, 2, False)
+    fit, _ = _quiet_sample(model, epsilon=2.0, delta=1e-5, method="penalty", seed=6, chains=2,
+                           iterations=40, warmup=5, progress=False)
+    attrs = fit.attrs
+    pre = adaptation_releases(_fitting_pld_mean(2.0, 1e-5, AdaptationSettings()) * MCMC_ADAPTATION_SHARE,
+                              AdaptationSettings())
+    independent = Budget(2.0, 1e-5).epsilon_spent([Release(attrs["noise_multiplier"])], 45, chains=2,
+                                                   once=[])
+    assert attrs["epsilon_spent"] > independent            # the adaptation is counted ...
+    m = sum(r.count / (2 * r.noise_multiplier**2) for r in pre) + 2 * 45 / (2 * attrs["noise_multiplier"] ** 2)
+    mu = np.sqrt(2 * m)
+    eps = attrs["epsilon_spent"]
+    delta = stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+    assert delta == pytest.approx(1e-5, rel=1e-3)          # ... exactly, with the chains' releases
+
+
+def test_auto_picks_a_chain_only_where_the_forecast_says_it_can_mix():
+    from stan_dp.auto import choose_method
+
+    assert choose_method(10_000, 11, 4.0, 1e-5, "replace_one") == "gaussian"
+    assert choose_method(10**12, 3, 8.0, 1e-5, "replace_one") == "penalty"
+
+
+def test_curvature_release_uses_the_secure_noise_path():
+    from stan_dp.mechanisms import chain_streams
+
+    stream = chain_streams(None, 1)[0].noise
+    mats = np.tile(np.eye(3), (50, 1, 1)) / 50
+    out, sd = clipped_matrix_sum(stream, mats, 1.0, 1.0, Ledger("replace_one"), "h")
+    np.testing.assert_array_equal(out, out.T)
+    assert np.all(np.isfinite(out)) and sd == 2.0

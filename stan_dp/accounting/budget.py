@@ -151,6 +151,11 @@ class Budget:
         accounting of plain Gaussian releases (multipliers are already relative
         to the relation's sensitivity) but subsampled releases require
         ``"replace_one"``.
+    preceding : sequence of Release
+        Releases already made on the same data before this run (each counted
+        once, not per chain), e.g. the private adaptation of
+        :func:`stan_dp.sample`.  Every method composes them with the run, so
+        a run's iterations or noise are what is left of the budget after them.
 
     Examples
     --------
@@ -162,12 +167,18 @@ class Budget:
     epsilon: float
     delta: float
     relation: str = "replace_one"
+    preceding: tuple[Release, ...] = ()
 
     def __post_init__(self) -> None:
         eps, dlt = validate_privacy_params(self.epsilon, self.delta)
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "delta", dlt)
         object.__setattr__(self, "relation", check_relation(self.relation))
+        pre = tuple(_as_plan(self.preceding, "preceding"))
+        for rel in pre:
+            if rel.subsampled:
+                check_batch(rel.batch_size, rel.n, self.relation)
+        object.__setattr__(self, "preceding", pre)
 
     # ------------------------------------------------------------------ helpers
     def _prepare(
@@ -181,9 +192,8 @@ class Budget:
                 check_batch(rel.batch_size, rel.n, self.relation)
         return p, o, c
 
-    @staticmethod
-    def _method(p: Sequence[Release], o: Sequence[Release]) -> str:
-        if any(r.subsampled and r.count for r in list(p) + list(o)):
+    def _method(self, p: Sequence[Release], o: Sequence[Release]) -> str:
+        if any(r.subsampled and r.count for r in list(p) + list(o) + list(self.preceding)):
             return ACCOUNTANT_RDP
         return ACCOUNTANT_PLD
 
@@ -199,7 +209,8 @@ class Budget:
         :meth:`max_iterations` and :meth:`calibrate` all decide through it, so
         a value they accept is exactly a value ``check`` accepts.
         """
-        lines = _group([(r, it * c) for r in p] + [(r, c) for r in o])
+        lines = _group([(r, it * c) for r in p] + [(r, c) for r in o]
+                       + [(r, 1) for r in self.preceding])
         return self._spent(lines, self._method(p, o))
 
     # ------------------------------------------------------------------ public
@@ -308,7 +319,7 @@ class Budget:
         """
         p, o, c = self._prepare(plan, once, chains)
         unit = _group([(r, c) for r in p])
-        fixed = _group([(r, c) for r in o])
+        fixed = _group([(r, c) for r in o] + [(r, 1) for r in self.preceding])
         if not unit:
             raise ValueError("plan releases nothing; iterations are not limited by privacy")
         method = self._method(p, o)
@@ -375,7 +386,12 @@ class Budget:
             return self._spent_run(sp, so, c, it) <= self.epsilon
 
         if self._method(p, o) == ACCOUNTANT_PLD:
-            s0 = math.sqrt(_mu(lines) / gaussian._max_mu(self.epsilon, self.delta))
+            room = gaussian._max_mu(self.epsilon, self.delta) - _mu(_group([(r, 1) for r in self.preceding]))
+            if not room > 0:
+                raise PrivacyBudgetError(
+                    "the releases already made (preceding) use the whole budget; nothing is left "
+                    "to calibrate")
+            s0 = math.sqrt(_mu(lines) / room)
         else:
             s0 = rdp.calibrate_scale(lines, self.epsilon, self.delta)
         return smallest_fitting_scale(fits, s0)

@@ -69,7 +69,7 @@ class RdpCurve:
         object.__setattr__(self, "values", v)
 
 
-def curve_epsilon(curve: RdpCurve, steps: int, delta: float) -> float:
+def curve_epsilon(curve: RdpCurve, steps: int, delta: float, gaussian_pld_mean: float = 0.0) -> float:
     """Epsilon at ``delta`` of ``steps`` compositions of ``curve``.
 
     Parameters
@@ -80,21 +80,30 @@ def curve_epsilon(curve: RdpCurve, steps: int, delta: float) -> float:
         Number of steps (>= 0); for a sampler, ``chains * (warmup + iterations)``.
     delta : float
         Target delta in (0, 1).
+    gaussian_pld_mean : float
+        Gaussian releases composed with the steps, as their PLD mean
+        ``M = sum c / (2 z^2)``: their RDP at order ``alpha`` is ``alpha M``
+        (Mironov 2017, Prop. 7), added order by order.
 
     Returns
     -------
     float
-        An upper bound on epsilon (0 for ``steps = 0``).
+        An upper bound on epsilon (0 for ``steps = 0`` and no Gaussian releases).
     """
     k = check_int(steps, "steps")
+    m = check_real(gaussian_pld_mean, "gaussian_pld_mean", nonnegative=True)
     _, delta = validate_privacy_params(1.0, delta)
-    if k == 0:
+    if k == 0 and m == 0:
         return 0.0
-    return rdp.rdp_to_epsilon(k * np.asarray(curve.values), delta, curve.orders)
+    total = k * np.asarray(curve.values) + m * np.asarray(curve.orders)
+    return rdp.rdp_to_epsilon(total, delta, curve.orders)
 
 
-def curve_max_steps(curve: RdpCurve, epsilon: float, delta: float) -> int:
+def curve_max_steps(curve: RdpCurve, epsilon: float, delta: float, gaussian_pld_mean: float = 0.0) -> int:
     """Largest number of steps whose composition fits ``(epsilon, delta)`` (0 if none).
+
+    ``gaussian_pld_mean``: Gaussian releases composed with the steps (see
+    :func:`curve_epsilon`).
 
     Decided by :func:`curve_epsilon` itself (a closed-form candidate from the
     per-order conversion, then an exact search), so a returned count is
@@ -103,12 +112,12 @@ def curve_max_steps(curve: RdpCurve, epsilon: float, delta: float) -> int:
     epsilon, delta = validate_privacy_params(epsilon, delta)
     o = np.asarray(curve.orders, dtype=float)
     v = np.asarray(curve.values, dtype=float)
-    off = np.log1p(-1.0 / o) - np.log(delta * o) / (o - 1.0)
+    off = np.log1p(-1.0 / o) - np.log(delta * o) / (o - 1.0) + gaussian_pld_mean * o
     with np.errstate(divide="ignore", invalid="ignore"):
         cand = (epsilon - off) / v
     cand = cand[np.isfinite(cand)]
     guess = int(min(max(0.0, math.floor(float(cand.max()))), 2.0**62)) if cand.size else 1
-    return largest_fitting(lambda k: curve_epsilon(curve, k, delta) <= epsilon, guess)
+    return largest_fitting(lambda k: curve_epsilon(curve, k, delta, gaussian_pld_mean) <= epsilon, guess)
 
 
 def barker_step_rdp(

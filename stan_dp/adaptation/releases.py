@@ -11,10 +11,11 @@ Gaussian mechanisms here, and each call is written to a :class:`Ledger`:
   (replace-one) or ``1`` (add/remove);
 * :func:`clipped_matrix_sum` — ``sum_i clip_C(S_i)`` for symmetric per-row
   matrices clipped in Frobenius norm: sensitivity ``f C`` in the Frobenius
-  norm, released as ``S + (E + E') / 2`` with ``E`` i.i.d. ``N(0, s^2)``,
-  which is exactly the Gaussian mechanism with sd ``s`` on the vector
-  ``(diag S, sqrt(2) upper(S))`` whose L2 norm is the Frobenius norm (diagonal
-  noise sd ``s``, off-diagonal ``s / sqrt(2)``).
+  norm.  It is exactly the Gaussian mechanism with sd ``s`` on the vector
+  ``(diag S, sqrt(2) upper(S))``, whose L2 norm is the Frobenius norm: the
+  diagonal is released with noise sd ``s`` and each upper entry with
+  ``s / sqrt(2)``, then mirrored (the same law as ``S + (E + E') / 2`` with
+  ``E`` i.i.d. ``N(0, s^2)``).
 
 The ledger's :meth:`Ledger.releases` is what the budget composes; every
 release is a plain Gaussian, so the composition is exact (PLD mean
@@ -130,5 +131,17 @@ def clipped_matrix_sum(rng_noise: np.random.Generator, mats: np.ndarray, bound: 
     total = clipped.sum(axis=0).reshape(d, d)
     total = 0.5 * (total + total.T)
     sd = ledger.add(what, noise_multiplier, sensitivity_factor(ledger.relation) * bound)
-    noise = np.asarray(gaussian_release(rng_noise, np.zeros((d, d)), sd), dtype=float)
-    return total + 0.5 * (noise + noise.T), sd
+    # One Gaussian release of (diag S, sqrt(2) upper(S)) with sd s, i.e. the
+    # diagonal with sd s and each upper entry with sd s / sqrt(2), mirrored.
+    # The data value goes through gaussian_release itself, so that the secure
+    # (grid-rounded, discrete) noise path applies to it (docs/noise.md).
+    iu = np.triu_indices(d)
+    sds = np.where(iu[0] == iu[1], sd, sd / np.sqrt(2.0))
+    released = np.empty(len(sds))
+    for sd_k in np.unique(sds):
+        pick = sds == sd_k
+        released[pick] = np.asarray(gaussian_release(rng_noise, total[iu][pick], float(sd_k)), dtype=float)
+    out = np.zeros((d, d))
+    out[iu] = released
+    out = out + np.triu(out, 1).T
+    return out, sd

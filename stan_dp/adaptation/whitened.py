@@ -1,0 +1,77 @@
+"""A density seen in the frame the private adaptation found: ``theta = center + A u``.
+
+The samplers are unchanged: they see a :class:`~stan_dp.density.RowDensity`
+whose posterior is roughly standard normal around 0 (``center`` the private
+mode, ``A`` a square root of the private covariance), so their step sizes and
+clip bounds can be set in posterior units from public facts.  Both ``center``
+and ``A`` are post-processing of released values.  The map is linear, so its
+Jacobian is a constant and the log densities differ from the model's by a
+constant only (it cancels in every ratio).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["WhitenedDensity"]
+
+
+class WhitenedDensity:
+    """``u -> inner(center + frame @ u)``: the :class:`RowDensity` protocol in a linear frame.
+
+    Parameters
+    ----------
+    inner : RowDensity
+        The model (its data is read only through its row methods).
+    center : ndarray, shape (d,)
+        Released private mode.
+    frame : ndarray, shape (d, d)
+        Invertible; released (e.g. the symmetric square root of the private covariance).
+    """
+
+    def __init__(self, inner: Any, center: np.ndarray, frame: np.ndarray) -> None:
+        self._inner = inner
+        self.center = np.asarray(center, dtype=float).copy()
+        self.frame = np.asarray(frame, dtype=float).copy()
+        d = int(inner.dim)
+        if self.center.shape != (d,) or self.frame.shape != (d, d):
+            raise ValueError(f"center must have shape ({d},) and frame ({d}, {d})")
+        self._inverse = np.linalg.inv(self.frame)
+        self.n_rows = inner.n_rows
+        self.dim = d
+        self.param_names = list(inner.param_names)
+
+    def theta(self, u: np.ndarray) -> np.ndarray:
+        """The model's unconstrained point of ``u``."""
+        return self.center + self.frame @ np.asarray(u, dtype=float)
+
+    def log_prior(self, u: np.ndarray) -> float:
+        """The model's log prior at ``theta(u)`` (data-independent)."""
+        return float(self._inner.log_prior(self.theta(u)))
+
+    def log_prior_grad(self, u: np.ndarray) -> tuple[float, np.ndarray]:
+        """Log prior and its gradient in ``u``."""
+        from stan_dp.adaptation.newton import prior_gradient
+
+        value, grad = prior_gradient(self._inner, self.theta(u))
+        return value, self.frame.T @ grad
+
+    def row_log_lik(self, u: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per-row log-likelihoods at ``theta(u)`` (reads the data)."""
+        return self._inner.row_log_lik(self.theta(u), rows)
+
+    def row_log_lik_grad(self, u: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row values and gradients in ``u`` (``grad_theta @ frame``)."""
+        values, grads = self._inner.row_log_lik_grad(self.theta(u), rows)
+        with np.errstate(all="ignore"):
+            return values, np.asarray(grads, dtype=float) @ self.frame
+
+    def constrain(self, u: np.ndarray) -> dict[str, np.ndarray]:
+        """The model's constrained parameters at ``theta(u)``."""
+        return self._inner.constrain(self.theta(u))
+
+    def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
+        """``u`` of constrained values (needs the model's ``unconstrain``)."""
+        return self._inverse @ (np.asarray(self._inner.unconstrain(values), dtype=float) - self.center)
