@@ -20,6 +20,7 @@ model whose constraints depend on the rows is refused at load.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ import numpy as np
 from stan_dp.data import check_row_count, load_data
 from stan_dp.native.rows import NativeRows
 from stan_dp.params import ParamLayout
-from stan_dp.toolchain import compile_model
+from stan_dp.toolchain import compile_model, default_cache_dir, find_toolchain
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,22 @@ class RowModel:
         Extra stanc arguments when ``model`` is a ``.stan`` file.
     cache_dir : path, optional
         Compilation cache (default: the per-user cache).
+    cmdstan : path, optional
+        Compile with this CmdStan installation instead of the httpstan
+        wheel, as :func:`stan_dp.compile_model` does.
+    public_data : mapping, optional
+        Public values for ``transformed data`` variables, by name (e.g.
+        ``{"means_X": [0.1, -0.3]}`` for a brms model that centres its
+        predictors).  A ``transformed data`` value computed from every row
+        (a mean, an sd) breaks the per-row split and is private; with this
+        argument stan_dp rewrites the program so that those variables are
+        read from the data instead (:func:`stan_dp.stan_source.override_program`:
+        a derived ``.stan`` file in the cache, compiled like any other) and
+        their statements in ``transformed data`` are dropped.  The values
+        are treated as public: choose them without looking at the data
+        (design, domain knowledge, a published source) or release them
+        privately first and count that release in your budget.  Needs the
+        Stan program (a ``.stan`` file, or a library from stan_dp's cache).
 
     Attributes
     ----------
@@ -90,6 +107,12 @@ class RowModel:
         Stan's constrained parameter names (``beta.1`` for ``beta[1]``).
     row_vars : tuple of str
         The data variables sliced per row.
+    public_data : dict of str to ndarray
+        The ``public_data`` values used (empty without it).
+    stan_file : pathlib.Path or None
+        The program compiled: the user's, or the derived one with
+        ``public_data``; None when a library was given and its program is
+        unknown.
     bridge : bridgestan.StanModel
         BridgeStan's model on the full data.
 
@@ -100,7 +123,10 @@ class RowModel:
     ValueError
         For missing or mistyped data, a bad row-count variable, a parameter
         dimension that depends on the row count, or a log density that does
-        not decompose over rows (:class:`ModelDecompositionError`).
+        not decompose over rows (:class:`ModelDecompositionError`; when the
+        cause is a ``transformed data`` value that uses all rows, the one
+        message names the variables, says why and how to fix it), or bad
+        ``public_data``.
     stan_dp.toolchain.StanCompileError
         If the Stan program does not compile.
     """
@@ -117,6 +143,8 @@ class RowModel:
         check: bool = True,
         stanc_args: Sequence[str] = (),
         cache_dir: str | os.PathLike[str] | None = None,
+        cmdstan: str | os.PathLike[str] | None = None,
+        public_data: Mapping[str, Any] | None = None,
     ) -> None:
         import bridgestan
 
@@ -131,7 +159,15 @@ class RowModel:
         if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         self.rows_var = rows
-        self.library = _as_library(model, stanc_args, cache_dir)
+        self._stanc_args = tuple(str(a) for a in stanc_args)
+        self._cmdstan = cmdstan
+        self.stan_file = _stan_source(model)
+        self.public_data: dict[str, np.ndarray] = {}
+        if public_data is not None:
+            if row_vars is None:  # fixed before the public values join the data
+                row_vars = default_row_vars(values, rows, self.n_rows)
+            model, data_json = self._apply_public_data(values, public_data, cache_dir)
+        self.library = _as_library(model, stanc_args, cache_dir, cmdstan=cmdstan)
 
         try:
             self.bridge = bridgestan.StanModel(
@@ -139,17 +175,120 @@ class RowModel:
             )
         except RuntimeError as exc:
             raise ValueError(f"the model rejected the data: {exc}") from exc
-        self._native = NativeRows(
-            self.bridge.stanlib, data_json, rows, row_vars, seed, 0 if threads is None else int(threads)
-        )
-        if self._native.n_rows != self.n_rows:  # pragma: no cover - defensive
-            raise ValueError("row count mismatch between Python and the native library")
-        self.dim = self._native.dim
-        self.row_vars = self._native.sliced
-        self.param_names = list(self.bridge.param_names())
-        self._layout = ParamLayout(self.param_names)
-        if check:
-            self.check_decomposition()
+        try:
+            self._native = NativeRows(
+                self.bridge.stanlib, data_json, rows, row_vars, seed,
+                0 if threads is None else int(threads),
+            )
+            if self._native.n_rows != self.n_rows:  # pragma: no cover - defensive
+                raise ValueError("row count mismatch between Python and the native library")
+            self.dim = self._native.dim
+            self.row_vars = self._native.sliced
+            self.param_names = list(self.bridge.param_names())
+            self._layout = ParamLayout(self.param_names)
+            if check:
+                self.check_decomposition()
+        except ValueError as exc:
+            sliced = row_vars if row_vars is not None else default_row_vars(values, rows, self.n_rows)
+            better = self._explain_failure(exc, sliced)
+            if better is None:
+                raise
+            raise better from None
+
+    # ------------------------------------------------- transformed data --
+    def _apply_public_data(
+        self,
+        values: Mapping[str, Any],
+        public_data: Mapping[str, Any],
+        cache_dir: str | os.PathLike[str] | None,
+    ) -> tuple[Path, str]:
+        """The derived program reading ``public_data``, and the data extended with them."""
+        import stanio
+
+        from stan_dp.stan_source import canonical_program, override_program
+
+        if not isinstance(public_data, Mapping) or not public_data:
+            raise ValueError("public_data must be a non-empty dict of transformed data "
+                             "variable names to values")
+        if self.stan_file is None:
+            raise ValueError(
+                "public_data needs the Stan program: pass the .stan file, not a library "
+                "built outside stan_dp's cache")
+        bad = [k for k in public_data if not isinstance(k, str)]
+        if bad:
+            raise ValueError(f"public_data names must be strings, got {bad!r}")
+        stanc = find_toolchain(self._cmdstan).stanc
+        program = canonical_program(self.stan_file, stanc, self._stanc_args)
+        derived, overrides = override_program(program, public_data, self.rows_var)
+        extra: dict[str, Any] = {}
+        for name, spec in overrides.items():
+            given = public_data[name]
+            try:
+                arr = np.array(given, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"public_data[{name!r}] must be numbers") from None
+            if arr.ndim != spec.rank:
+                raise ValueError(
+                    f"public_data[{name!r}] must have {spec.rank} dimension(s) like its "
+                    f"declaration `{spec.declaration}`, got shape {arr.shape}")
+            if spec.integer:
+                if not np.all(np.isfinite(arr)) or not np.array_equal(arr, np.round(arr)):
+                    raise ValueError(f"public_data[{name!r}] must be integers "
+                                     f"(`{spec.declaration}`)")
+                arr = arr.astype(np.int64)
+            clash = [n for n in (spec.data_name, spec.dims_name) if n is not None and n in values]
+            if clash:
+                raise ValueError(f"the data already hold {', '.join(clash)}, a name stan_dp "
+                                 "uses for public_data")
+            extra[spec.data_name] = arr
+            if spec.dims_name is not None:
+                extra[spec.dims_name] = np.asarray(arr.shape, dtype=np.int64)
+            self.public_data[name] = arr
+        cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        digest = hashlib.sha256(derived.encode()).hexdigest()[:16]
+        target = cache / "derived" / digest / self.stan_file.name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".tmp")
+            tmp.write_text(derived)
+            os.replace(tmp, target)
+        logger.info("public_data: %s read from the data (derived program %s)",
+                    ", ".join(overrides), target)
+        self.stan_file = target
+        return target, stanio.dump_stan_json({**dict(values), **extra})
+
+    def _explain_failure(self, exc: ValueError, row_vars: Sequence[str]
+                         ) -> ModelDecompositionError | None:
+        """One message for a model refused because its transformed data use all rows.
+
+        Reads the program only, never the data.  Returns None when the
+        program is unknown or shows no such cause (the original error stands).
+        """
+        from stan_dp.stan_source import analyse_transformed_data, canonical_program
+
+        if self.stan_file is None:
+            return None
+        zero_rows = str(exc).startswith("the model cannot be built with zero rows")
+        try:
+            program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
+                                        self._stanc_args)
+            report = analyse_transformed_data(program, self.rows_var, row_vars)
+        except Exception as err:  # noqa: BLE001 - an explanation must never hide the error
+            logger.debug("could not analyse the transformed data: %s", err)
+            return None
+        rv = self.rows_var
+        if report.found:
+            return ModelDecompositionError(transformed_data_message(report, rv))
+        if zero_rows and (report.rows_lower_bound is None or report.rows_lower_bound <= 0):
+            # The library's hint ("declare it int<lower=0>") is wrong here.
+            text = re.sub(r"\s*\(allow \S+ = 0, e\.g\. declare it int<lower=0>\)\s*$", "",
+                          str(exc))
+            return ModelDecompositionError(
+                f"{text}. {rv} already allows 0, so something else fails without rows: a data "
+                f"variable sized by {rv} that is not sliced per row (check row_vars=), or a "
+                "statement of the transformed data that needs at least one element; make the "
+                "model accept zero rows")
+        return None
 
     # ------------------------------------------------------------ basics --
     def __repr__(self) -> str:
@@ -322,3 +461,77 @@ class RowModel:
             "could not verify the per-row decomposition: the log density was not finite "
             "at any test point drawn uniformly on (-2, 2) in unconstrained space"
         )
+
+
+def _stan_source(model: str | os.PathLike[str]) -> Path | None:
+    """The ``.stan`` program of a model argument: itself, or the copy next to a cached library."""
+    path = Path(model).expanduser()
+    if path.suffix == ".stan":
+        return path.resolve() if path.is_file() else None
+    if not path.parent.is_dir():
+        return None
+    candidates = sorted(path.parent.glob("*.stan"))
+    same = [c for c in candidates if c.stem == path.stem.removesuffix("_reference")]
+    if len(same) == 1:
+        return same[0].resolve()
+    return candidates[0].resolve() if len(candidates) == 1 else None
+
+
+def default_row_vars(values: Mapping[str, Any], rows: str, n_rows: int) -> list[str]:
+    """The data variables whose leading dimension is the row count (the library's default)."""
+    out = []
+    for name, value in values.items():
+        if name == rows:
+            continue
+        try:
+            shape = np.shape(value)
+        except ValueError:  # ragged nested lists: not a Stan array
+            continue
+        if shape and shape[0] == n_rows:
+            out.append(name)
+    return sorted(out)
+
+
+def transformed_data_message(report: Any, rows: str) -> str:
+    """The one message for transformed data that use all rows.
+
+    It names variables of the program only, never a value computed from the
+    data.
+
+    Parameters
+    ----------
+    report : stan_dp.stan_source.TransformedDataReport
+        What :func:`stan_dp.stan_source.analyse_transformed_data` found.
+    rows : str
+        The row-count variable.
+    """
+    parts = []
+    if report.all_rows:
+        listed = ", ".join(f"{name} (from {', '.join(src)})" for name, src in report.all_rows.items())
+        parts.append(
+            f"the transformed data block computes {listed} from all rows of the data. Each "
+            "row's log-likelihood then depends on the other rows (stan_dp builds the model on "
+            "one row and on no rows, where such a value comes from one row or from none, so "
+            "the log density does not split into per-row terms), and the value itself is "
+            "private: a function of the whole data set that no privacy mechanism covers, which "
+            "a sampler would use and its output could reveal")
+    if report.row_count:
+        parts.append(
+            f"{', '.join(report.row_count)} depend(s) on the row count {rows} (the one-row "
+            f"model has {rows} = 1, the zero-row model {rows} = 0)")
+    names = list(report.all_rows) + list(report.row_count)
+    example = ", ".join(f'"{n}": ...' for n in names)
+    fixes = (
+        f"Fixes: give these constants public values, RowModel(..., public_data={{{example}}}) "
+        "(stan_dp then reads them from the data instead of computing them from the rows). "
+        "They are then public: choose them without looking at the data (from the design, "
+        "domain knowledge or a published source), or release them privately first and count "
+        "that release in your budget. Or declare them in the data block yourself. For a brms model, fit with "
+        "center = FALSE (e.g. bf(y ~ x, center = FALSE)) so that brms does not centre the "
+        "predictors on their means")
+    bound = report.rows_lower_bound
+    if bound is not None and bound > 0:
+        fixes += (f". {rows} is declared int<lower={bound}> but the prior part is the model "
+                  "with no rows: public_data relaxes it to lower=0 in the derived program; in "
+                  f"your own edit declare int<lower=0> {rows}")
+    return "; ".join(parts) + ". " + fixes

@@ -1,0 +1,647 @@
+"""Reading a Stan program's ``transformed data``: values that use all rows, and public overrides.
+
+stan_dp splits a model's log density into one term per data row by building
+the model on one row at a time and on no rows (see :mod:`stan_dp.model`).
+A ``transformed data`` value computed from every row -- brms centres its
+predictors with ``means_X[i] = mean(X[:, i])``, other models z-score with
+``sd(x)`` -- breaks that split: the one-row model sees a mean of one row, the
+zero-row model a mean of nothing.  It is also private: it is a function of
+the whole data set that no privacy mechanism covers.
+
+This module reads the program (never the data) to say which
+``transformed data`` variables are such aggregates, and rewrites a program
+so that chosen ``transformed data`` variables are read from the data instead
+of computed (:func:`override_program`), which is how
+``RowModel(..., public_data={...})`` works.
+
+The program is first normalised by stanc itself (``--auto-format`` with the
+``deprecations,includes,parentheses,braces,strip-comments``
+canonicalisations: one syntax for arrays, every loop and branch body in
+braces, no comments, includes inlined); a small scanner then splits the
+blocks into statements.  The analysis is syntactic and conservative about
+what it names: it is used to *explain* a model that the numerical check
+has already refused (or to apply an override the user asked for), never to
+refuse a model on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = [
+    "Statement",
+    "TransformedDataReport",
+    "PublicOverride",
+    "canonical_program",
+    "analyse_transformed_data",
+    "override_program",
+    "public_data_names",
+]
+
+#: Base types and their rank (0 scalar, 1 vector-like, 2 matrix-like).
+BASE_RANK: dict[str, int] = {
+    "int": 0, "real": 0, "complex": 0,
+    "vector": 1, "row_vector": 1, "simplex": 1, "unit_vector": 1, "sum_to_zero_vector": 1,
+    "ordered": 1, "positive_ordered": 1, "complex_vector": 1, "complex_row_vector": 1,
+    "matrix": 2, "cov_matrix": 2, "corr_matrix": 2, "cholesky_factor_cov": 2,
+    "cholesky_factor_corr": 2, "complex_matrix": 2, "column_stochastic_matrix": 2,
+    "row_stochastic_matrix": 2, "sum_to_zero_matrix": 2,
+}
+
+#: Functions that combine the elements of their argument; applied to a row
+#: variable outside a loop over the rows, they combine rows.
+REDUCERS: frozenset[str] = frozenset({
+    "mean", "sd", "variance", "sum", "prod", "max", "min", "log_sum_exp", "quantile",
+    "sort_asc", "sort_desc", "sort_indices_asc", "sort_indices_desc", "rank",
+    "cumulative_sum", "dot_self", "dot_product", "norm", "norm1", "norm2",
+    "squared_distance", "distance", "columns_dot_self", "columns_dot_product",
+    "rows_dot_self", "rows_dot_product", "crossprod", "tcrossprod", "qr_Q", "qr_R",
+    "qr_thin_Q", "qr_thin_R", "svd_U", "svd_V", "singular_values", "inverse",
+    "softmax", "log_softmax", "reverse", "head", "tail", "segment", "num_elements",
+    "size", "rows", "cov_exp_quad", "gp_exp_quad_cov", "add_diag", "diag_pre_multiply",
+})
+
+_ASSIGN = re.compile(r"\s*(\.\*=|\./=|\+=|-=|\*=|/=|=(?!=))")
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_BLOCKS = ("functions", "data", "transformed data", "parameters", "transformed parameters",
+           "model", "generated quantities")
+
+#: Suffixes of the data variables :func:`override_program` adds.
+PUBLIC_SUFFIX = "__public"
+DIMS_SUFFIX = "__public_dims"
+
+
+# --------------------------------------------------------------- scanning --
+
+def _match(text: str, i: int) -> int:
+    """Index of the bracket closing the one at ``text[i]`` (strings skipped)."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    stack = [pairs[text[i]]]
+    j = i + 1
+    while j < len(text):
+        c = text[j]
+        if c == '"':
+            j = text.index('"', j + 1)
+        elif c in pairs:
+            stack.append(pairs[c])
+        elif c in ")]}":
+            if c != stack.pop():
+                raise ValueError("unbalanced brackets in the Stan program")
+            if not stack:
+                return j
+        j += 1
+    raise ValueError("unbalanced brackets in the Stan program")
+
+
+def _end_of_statement(text: str, i: int, stop: int) -> int:
+    """Index of the ``;`` ending the simple statement that starts at ``i``."""
+    j = i
+    while j < stop:
+        c = text[j]
+        if c == '"':
+            j = text.index('"', j + 1)
+        elif c in "([{":
+            j = _match(text, j)
+        elif c == ";":
+            return j
+        j += 1
+    raise ValueError("a statement without ';' in the Stan program")
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _identifiers(text: str) -> set[str]:
+    """Identifiers in an expression, string literals left out."""
+    return set(_IDENT.findall(re.sub(r'"[^"]*"', '""', text)))
+
+
+#: Functions of a container's shape only: ``cols`` does not see the rows at
+#: all, the others see how many there are.
+_SHAPE_ONLY = frozenset({"cols"})
+_SHAPE_COUNT = frozenset({"rows", "size", "num_elements", "dims"})
+
+
+def _references(text: str, rows: str) -> set[str]:
+    """The variables an expression depends on; a shape query counts as the row count."""
+    out = []
+    i = 0
+    for m in re.finditer(r"\b([A-Za-z][A-Za-z0-9_]*)\s*\(", text):
+        if m.start() < i or m.group(1) not in _SHAPE_ONLY | _SHAPE_COUNT:
+            continue
+        close = _match(text, m.end() - 1)
+        out.append(text[i:m.start()])
+        out.append(rows if m.group(1) in _SHAPE_COUNT else "")
+        i = close + 1
+    out.append(text[i:])
+    return _identifiers(" ".join(out))
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """One simple statement of a block.
+
+    Attributes
+    ----------
+    start, end : int
+        Its span in the program text (``end`` just past the ``;``).
+    text : str
+        The statement without the ``;``.
+    headers : tuple of str
+        The conditions and loop ranges of the loops and branches around it.
+    depth : int
+        Nesting depth inside the block (0: the block's own statements).
+    """
+
+    start: int
+    end: int
+    text: str
+    headers: tuple[str, ...]
+    depth: int
+
+
+def _statements(text: str, start: int, stop: int, headers: tuple[str, ...] = (),
+                depth: int = 0) -> list[Statement]:
+    out: list[Statement] = []
+    i = _skip_ws(text, start)
+    while i < stop:
+        if text[i] == "{":
+            j = _match(text, i)
+            out += _statements(text, i + 1, j, headers, depth + 1)
+            i = _skip_ws(text, j + 1)
+            continue
+        m = re.match(r"(for|while|if)\s*\(", text[i:stop])
+        if m:
+            chain = headers
+            while True:
+                p = i + m.end() - 1
+                q = _match(text, p)
+                chain = chain + (text[p + 1:q],)
+                i = _skip_ws(text, q + 1)
+                i = _body(text, i, stop, chain, depth, out)
+                e = re.match(r"else\b\s*", text[i:stop])
+                if not e:
+                    break
+                i += e.end()
+                m = re.match(r"if\s*\(", text[i:stop])
+                if not m:
+                    i = _body(text, i, stop, chain, depth, out)
+                    break
+            continue
+        j = _end_of_statement(text, i, stop)
+        out.append(Statement(i, j + 1, text[i:j].strip(), headers, depth))
+        i = _skip_ws(text, j + 1)
+    return out
+
+
+def _body(text: str, i: int, stop: int, headers: tuple[str, ...], depth: int,
+          out: list[Statement]) -> int:
+    if text[i] == "{":
+        j = _match(text, i)
+        out += _statements(text, i + 1, j, headers, depth + 1)
+        return _skip_ws(text, j + 1)
+    j = _end_of_statement(text, i, stop)
+    out += _statements(text, i, j + 1, headers, depth + 1)
+    return _skip_ws(text, j + 1)
+
+
+def program_blocks(text: str) -> dict[str, tuple[int, int]]:
+    """The span ``(open brace + 1, close brace)`` of every program block."""
+    blocks: dict[str, tuple[int, int]] = {}
+    i = _skip_ws(text, 0)
+    while i < len(text):
+        for name in sorted(_BLOCKS, key=len, reverse=True):
+            m = re.match(r"\s+".join(name.split()) + r"\s*\{", text[i:])
+            if m:
+                open_ = i + m.end() - 1
+                close = _match(text, open_)
+                blocks[name] = (open_ + 1, close)
+                i = _skip_ws(text, close + 1)
+                break
+        else:
+            raise ValueError(f"unexpected text in the Stan program at offset {i}")
+    return blocks
+
+
+# ----------------------------------------------------------- declarations --
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """A parsed variable declaration."""
+
+    name: str
+    base: str  # base type keyword
+    constraint: str  # text inside <...>, or ""
+    array_dims: tuple[str, ...]
+    base_dims: tuple[str, ...]
+    init_span: tuple[int, int] | None  # span of the initialiser expression in the program
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions of the value."""
+        return len(self.array_dims) + BASE_RANK[self.base]
+
+    @property
+    def leading_size(self) -> str | None:
+        """The first size expression, or None for a scalar."""
+        dims = self.array_dims + self.base_dims
+        return dims[0].strip() if dims else None
+
+
+def _split_top(text: str) -> list[str]:
+    """Split a bracket's content at top-level commas."""
+    parts, depth, cur = [], 0, ""
+    for c in text:
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def parse_declaration(program: str, stmt: Statement) -> Declaration | None:
+    """The declaration in ``stmt``, or None if it is not one (or a tuple)."""
+    text, off = program[stmt.start:stmt.end - 1], stmt.start
+    i = _skip_ws(text, 0)
+    array_dims: tuple[str, ...] = ()
+    m = re.match(r"array\s*\[", text[i:])
+    if m:
+        p = i + m.end() - 1
+        q = _match(text, p)
+        array_dims = tuple(_split_top(text[p + 1:q]))
+        i = _skip_ws(text, q + 1)
+    m = _IDENT.match(text, i)
+    if not m or m.group() not in BASE_RANK:
+        return None
+    base = m.group()
+    i = _skip_ws(text, m.end())
+    constraint = ""
+    if i < len(text) and text[i] == "<":
+        depth, j = 0, i
+        while j < len(text):
+            c = text[j]
+            if c in "([{":
+                j = _match(text, j)
+            elif c == "<":
+                depth += 1
+            elif c == ">":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        constraint = text[i + 1:j]
+        i = _skip_ws(text, j + 1)
+    base_dims: tuple[str, ...] = ()
+    if i < len(text) and text[i] == "[":
+        q = _match(text, i)
+        base_dims = tuple(_split_top(text[i + 1:q]))
+        i = _skip_ws(text, q + 1)
+    m = _IDENT.match(text, i)
+    if not m:
+        return None
+    name = m.group()
+    i = _skip_ws(text, m.end())
+    init_span = None
+    if i < len(text) and text[i] == "=":
+        k = _skip_ws(text, i + 1)
+        init_span = (off + k, off + len(text.rstrip()))
+    elif i < len(text):
+        return None
+    return Declaration(name, base, constraint, array_dims, base_dims, init_span)
+
+
+def _assignment_target(stmt: Statement) -> tuple[str, str] | None:
+    """``(variable, right-hand side)`` of an assignment statement, else None."""
+    m = _IDENT.match(stmt.text)
+    if not m:
+        return None
+    i = m.end()
+    text = stmt.text
+    i = _skip_ws(text, i)
+    while i < len(text) and text[i] == "[":
+        i = _skip_ws(text, _match(text, i) + 1)
+    a = _ASSIGN.match(text, i)
+    if not a:
+        return None
+    return m.group(), text[:i] + " " + text[a.end():]
+
+
+# --------------------------------------------------------------- stanc call --
+
+def canonical_program(stan_file: str | Path, stanc: str | Path,
+                      stanc_args: Sequence[str] = ()) -> str:
+    """The program as stanc prints it canonically, without comments.
+
+    Raises
+    ------
+    ValueError
+        If stanc rejects the program.
+    """
+    path = Path(stan_file)
+    includes = [a for a in stanc_args if str(a).startswith("--include-paths")]
+    proc = subprocess.run(
+        [str(stanc), "--auto-format", "--max-line-length=1000",
+         "--canonicalize=deprecations,includes,parentheses,braces,strip-comments",
+         f"--include-paths={path.parent}", *includes, str(path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    if proc.returncode != 0:
+        raise ValueError(f"stanc could not read {path.name}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+# --------------------------------------------------------------- analysis --
+
+@dataclasses.dataclass(frozen=True)
+class TransformedDataReport:
+    """Which ``transformed data`` variables break the per-row split.
+
+    Attributes
+    ----------
+    all_rows : dict of str to tuple of str
+        Variable -> the row variables it is computed from, for every
+        ``transformed data`` variable whose value combines rows (an
+        aggregate such as a mean, or a per-row value computed with one).
+    row_count : tuple of str
+        Variables that depend on the row count but not on row values (e.g.
+        ``log(N)``): also different in the one-row and zero-row models.
+    rows_lower_bound : int or None
+        The lower bound declared on the row-count variable, if any.
+    transformed_data : tuple of str
+        Every variable declared at the top of ``transformed data``.
+    """
+
+    all_rows: dict[str, tuple[str, ...]]
+    row_count: tuple[str, ...]
+    rows_lower_bound: int | None
+    transformed_data: tuple[str, ...]
+
+    @property
+    def found(self) -> bool:
+        """Whether any variable depends on all rows or on the row count."""
+        return bool(self.all_rows or self.row_count)
+
+
+def _lower_bound(constraint: str) -> int | None:
+    m = re.search(r"\blower\s*=\s*(-?\d+)\s*(?:,|$)", constraint)
+    return int(m.group(1)) if m else None
+
+
+def analyse_transformed_data(program: str, rows: str,
+                             row_vars: Iterable[str]) -> TransformedDataReport:
+    """Find the ``transformed data`` variables that combine rows.
+
+    Parameters
+    ----------
+    program : str
+        A canonical program (:func:`canonical_program`).
+    rows : str
+        The row-count variable.
+    row_vars : iterable of str
+        The data variables sliced per row.
+
+    Returns
+    -------
+    TransformedDataReport
+    """
+    blocks = program_blocks(program)
+    rows_lower = None
+    if "data" in blocks:
+        for stmt in _statements(program, *blocks["data"]):
+            decl = parse_declaration(program, stmt)
+            if decl is not None and decl.name == rows:
+                rows_lower = _lower_bound(decl.constraint)
+    if "transformed data" not in blocks:
+        return TransformedDataReport({}, (), rows_lower, ())
+    stmts = _statements(program, *blocks["transformed data"])
+    decls: dict[str, Declaration] = {}
+    top: list[str] = []
+    writes: list[tuple[str, set[str], Statement]] = []
+    for stmt in stmts:
+        decl = parse_declaration(program, stmt)
+        if decl is not None:
+            decls.setdefault(decl.name, decl)
+            if stmt.depth == 0:
+                top.append(decl.name)
+            if decl.init_span is not None:
+                rhs = program[decl.init_span[0]:decl.init_span[1]]
+                writes.append((decl.name, _references(rhs, rows), stmt))
+            continue
+        target = _assignment_target(stmt)
+        if target is not None:
+            writes.append((target[0], _references(target[1], rows), stmt))
+    row_data = {v: {v} for v in row_vars}  # variable -> the row variables behind it
+    count = {rows}
+    for _ in range(len(writes) + 1):  # propagate through the writes to a fixed point
+        changed = False
+        for name, refs, stmt in writes:
+            deps = set(refs)
+            for header in stmt.headers:
+                deps |= _references(header, rows)
+            sources = set().union(*(row_data[d] for d in deps if d in row_data))
+            if sources - row_data.get(name, set()):
+                row_data[name] = row_data.get(name, set()) | sources
+                changed = True
+            if name not in count and deps & count:
+                count.add(name)
+                changed = True
+        if not changed:
+            break
+
+    def row_shaped(name: str) -> bool:
+        d = decls.get(name)
+        return d is not None and d.leading_size == rows
+
+    all_rows: dict[str, tuple[str, ...]] = {}
+    for name in top:
+        if name not in row_data:
+            continue
+        if not row_shaped(name):
+            all_rows[name] = tuple(sorted(row_data[name]))
+            continue
+        # A per-row variable computed with a reducer over row data, outside a
+        # loop over the rows (e.g. `vector[N] z = (x - mean(x)) / sd(x)`).
+        for target, refs, stmt in writes:
+            if target != name or any(rows in _identifiers(h) for h in stmt.headers):
+                continue
+            called = set(re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*\(", stmt.text))
+            if called & REDUCERS and any(r in row_data and not (r in decls and r in all_rows)
+                                         for r in refs):
+                all_rows[name] = tuple(sorted(row_data[name]))
+                break
+    counted = tuple(n for n in top if n in count and n not in row_data and not row_shaped(n))
+    return TransformedDataReport(all_rows, counted, rows_lower, tuple(top))
+
+
+# --------------------------------------------------------------- override --
+
+@dataclasses.dataclass(frozen=True)
+class PublicOverride:
+    """How one overridden ``transformed data`` variable is read from the data.
+
+    Attributes
+    ----------
+    name : str
+        The ``transformed data`` variable.
+    data_name : str
+        The data variable holding its public value (``<name>__public``).
+    dims_name : str or None
+        The data variable holding that value's shape (``<name>__public_dims``),
+        None for a scalar.
+    rank : int
+        Number of dimensions of the value.
+    integer : bool
+        Whether the value is an ``int``.
+    declaration : str
+        The original declaration's type, for messages (e.g. ``vector[Kc]``).
+    """
+
+    name: str
+    data_name: str
+    dims_name: str | None
+    rank: int
+    integer: bool
+    declaration: str
+
+
+def public_data_names(name: str) -> tuple[str, str]:
+    """The data variables that carry the public value of ``name`` and its shape."""
+    return name + PUBLIC_SUFFIX, name + DIMS_SUFFIX
+
+
+def override_program(program: str, names: Iterable[str], rows: str
+                     ) -> tuple[str, dict[str, PublicOverride]]:
+    """Rewrite a program so that some ``transformed data`` values come from the data.
+
+    For each variable ``v``: the data block gains ``v__public`` (of the
+    same rank and element type, its sizes given by ``v__public_dims``); in
+    ``transformed data`` the declaration of ``v`` keeps its type and
+    constraints but takes the value ``v__public`` (Stan checks the sizes and
+    constraints), and every later assignment to ``v`` is removed, so nothing
+    computes ``v`` from the rows any more.  A lower bound of 1 (or more) on
+    the row-count variable becomes 0: the prior part of the split is the
+    model with no rows.
+
+    Parameters
+    ----------
+    program : str
+        A canonical program (:func:`canonical_program`).
+    names : iterable of str
+        ``transformed data`` variables declared at the top of the block.
+    rows : str
+        The row-count variable.
+
+    Returns
+    -------
+    (str, dict)
+        The new program and, per variable, its :class:`PublicOverride`.
+
+    Raises
+    ------
+    ValueError
+        If a name is not a top-level ``transformed data`` variable (the
+        message lists those), is a data variable, or has a type that cannot
+        be overridden (tuples, complex values).
+    """
+    names = list(dict.fromkeys(names))
+    blocks = program_blocks(program)
+    data_decls = {}
+    if "data" in blocks:
+        for stmt in _statements(program, *blocks["data"]):
+            decl = parse_declaration(program, stmt)
+            if decl is not None:
+                data_decls[decl.name] = (decl, stmt)
+    td_stmts = (_statements(program, *blocks["transformed data"])
+                if "transformed data" in blocks else [])
+    td_decls: dict[str, tuple[Declaration, Statement]] = {}
+    for stmt in td_stmts:
+        decl = parse_declaration(program, stmt)
+        if decl is not None and stmt.depth == 0:
+            td_decls.setdefault(decl.name, (decl, stmt))
+    for name in names:
+        if name in data_decls:
+            raise ValueError(
+                f"public_data: {name!r} is a data variable already; give its value in the data")
+        if name not in td_decls:
+            known = ", ".join(td_decls) or "none"
+            raise ValueError(
+                f"public_data: {name!r} is not a variable of the transformed data block "
+                f"(declared there: {known})")
+        decl = td_decls[name][0]
+        if decl.leading_size == rows:
+            raise ValueError(
+                f"public_data: {name!r} has one entry per row ({rows}); a public value cannot "
+                "stand for row data. Override the constants it is computed from instead")
+        if decl.base.startswith("complex"):
+            raise ValueError(f"public_data: {name!r} is complex; only real and int values "
+                             "can be overridden")
+
+    edits: list[tuple[int, int, str]] = []
+    overrides: dict[str, PublicOverride] = {}
+    new_data: list[str] = []
+    for name in names:
+        decl, stmt = td_decls[name]
+        data_name, dims_name = public_data_names(name)
+        rank = decl.rank
+        integer = decl.base == "int"
+        dims = [f"{dims_name}[{k + 1}]" for k in range(rank)]
+        n_array = len(decl.array_dims)
+        base_rank = BASE_RANK[decl.base]
+        if integer:
+            base = "int"
+        elif base_rank == 0:
+            base = "real"
+        elif base_rank == 1:
+            base = "row_vector" if decl.base == "row_vector" else "vector"
+        else:
+            base = "matrix"
+        base_text = base + (f"[{', '.join(dims[n_array:])}]" if base_rank else "")
+        array_text = f"array[{', '.join(dims[:n_array])}] " if n_array else ""
+        if rank:
+            new_data.append(f"  array[{rank}] int<lower=0> {dims_name};")
+        new_data.append(f"  {array_text}{base_text} {data_name};")
+        if decl.init_span is not None:
+            edits.append((decl.init_span[0], decl.init_span[1], data_name))
+        else:
+            edits.append((stmt.end, stmt.end, f"\n  {name} = {data_name};"))
+        for other in td_stmts:
+            if other is stmt:
+                continue
+            target = _assignment_target(other)
+            if target is not None and target[0] == name:
+                edits.append((other.start, other.end, ";"))
+        declared = program[stmt.start:stmt.end - 1]
+        if decl.init_span is not None:
+            declared = program[stmt.start:decl.init_span[0]].rstrip(" =")
+        overrides[name] = PublicOverride(name, data_name, dims_name if rank else None, rank,
+                                         integer, declared.strip())
+    if rows in data_decls:
+        decl, stmt = data_decls[rows]
+        bound = _lower_bound(decl.constraint)
+        if bound is not None and bound > 0:
+            text = program[stmt.start:stmt.end]
+            relaxed = re.sub(r"\blower\s*=\s*-?\d+", "lower=0", text, count=1)
+            edits.append((stmt.start, stmt.end, relaxed))
+    if "data" in blocks:
+        close = blocks["data"][1]
+        edits.append((close, close, "\n".join(new_data) + "\n"))
+    else:  # a data block goes after the functions block, if any, else first
+        start = blocks["functions"][1] + 1 if "functions" in blocks else 0
+        edits.append((start, start, "\ndata {\n" + "\n".join(new_data) + "\n}\n"))
+    out = program
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        out = out[:start] + text + out[end:]
+    return out, overrides
