@@ -21,12 +21,16 @@ privacy mechanism, and is meant as a yardstick only.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +90,29 @@ def _stan_file(model: Any) -> Path:
 
 
 def _check_scalar_data(stan_path: Path, values: Mapping[str, Any]) -> None:
-    """Refuse data lacking a scalar the program declares, before any compilation.
+    """Check the program with stanc, and refuse data lacking a scalar it declares.
 
-    Arrays are left to Stan (a zero-size array may be omitted); its message
-    names the variable too.  Skipped quietly if stanc is unavailable.
+    Runs before any compilation and for both backends, so that a syntax
+    error is the same :class:`~stan_dp.toolchain.StanCompileError` (with
+    stanc's file, line and column) whichever backend would run.  Arrays are
+    left to Stan (a zero-size array may be omitted); its message names the
+    variable too.  Skipped quietly if the bundled stanc is unavailable.
     """
-    from stan_dp.toolchain import ToolchainError, find_toolchain
+    from stan_dp.toolchain import StanCompileError, ToolchainError, find_toolchain
 
     try:
         stanc = find_toolchain().stanc
-        proc = subprocess.run([str(stanc), "--info", str(stan_path)],
-                              capture_output=True, text=True, timeout=60)
-        inputs = json.loads(proc.stdout)["inputs"] if proc.returncode == 0 else {}
-    except (ToolchainError, OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+        proc = subprocess.run([str(stanc), "--info", f"--include-paths={stan_path.parent}",
+                               str(stan_path)], capture_output=True, text=True, timeout=60)
+    except (ToolchainError, OSError, subprocess.TimeoutExpired):
+        return
+    if proc.returncode != 0:
+        raise StanCompileError(
+            f"stanc could not translate {stan_path.name}:\n"
+            + (proc.stderr.strip() or proc.stdout.strip()))
+    try:
+        inputs = json.loads(proc.stdout)["inputs"]
+    except (ValueError, KeyError):
         return
     missing = [n for n, info in inputs.items()
                if info.get("dimensions") == 0 and n not in values]
@@ -109,23 +123,79 @@ def _check_scalar_data(stan_path: Path, values: Mapping[str, Any]) -> None:
         )
 
 
-def cmdstan_available() -> bool:
-    """Whether cmdstanpy finds a CmdStan installation.
+@contextlib.contextmanager
+def _cmdstanpy_env(path: str | None) -> Iterator[None]:
+    """Point cmdstanpy at ``path`` (if given) for the block, then restore its setting.
 
-    ``STAN_DP_CMDSTAN``, when set, is handed to ``cmdstanpy.set_cmdstan_path``.
+    cmdstanpy keeps its CmdStan path in ``os.environ["CMDSTAN"]``; both
+    ``set_cmdstan_path`` and ``cmdstan_path()`` (when it discovers an
+    installation under ``~/.cmdstan``) write it.  stan_dp never leaves such
+    a change behind.
+    """
+    saved = os.environ.get("CMDSTAN")
+    try:
+        if path is not None:
+            os.environ["CMDSTAN"] = path
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CMDSTAN", None)
+        else:
+            os.environ["CMDSTAN"] = saved
+
+
+def find_cmdstan() -> Path | None:
+    """The CmdStan installation a reference fit would use, or None.
+
+    ``STAN_DP_CMDSTAN`` when set, otherwise cmdstanpy's own discovery
+    (``CMDSTAN``, then the newest under ``~/.cmdstan``).  cmdstanpy's global
+    setting is left as it was.
     """
     try:
         import cmdstanpy
+        from cmdstanpy.utils import validate_cmdstan_path
     except ImportError:
-        return False
+        return None
     env = os.environ.get("STAN_DP_CMDSTAN")
-    try:
-        if env:
-            cmdstanpy.set_cmdstan_path(env)
-        cmdstanpy.cmdstan_path()
-    except (ValueError, OSError):
-        return False
-    return True
+    with _cmdstanpy_env(None):
+        try:
+            if env:
+                validate_cmdstan_path(env)
+                return Path(env).expanduser().resolve()
+            return Path(cmdstanpy.cmdstan_path()).resolve()
+        except (ValueError, OSError):
+            return None
+
+
+def cmdstan_available() -> bool:
+    """Whether a CmdStan installation is found (``STAN_DP_CMDSTAN`` or cmdstanpy's discovery).
+
+    It does not change cmdstanpy's global CmdStan path.
+    """
+    return find_cmdstan() is not None
+
+
+def cmdstan_version_string(root: Path | None) -> str:
+    """CmdStan's version as ``"MAJOR.MINOR.PATCH"``, the format of ``nuts.stan_version``.
+
+    Read from the installation's ``makefile`` (``CMDSTAN_VERSION := 2.35.0``);
+    if it does not say, from ``cmdstanpy.cmdstan_version()`` with patch 0.
+    """
+    if root is not None:
+        try:
+            text = (root / "makefile").read_text()
+            m = re.search(r"^CMDSTAN_VERSION\s*:=\s*(\d+\.\d+\.\d+)", text, re.M)
+            if m:
+                return m.group(1)
+        except OSError:
+            pass
+    import cmdstanpy
+
+    with _cmdstanpy_env(None if root is None else str(root)):
+        version = cmdstanpy.cmdstan_version()
+    if not version:
+        return "unknown"
+    return ".".join(str(v) for v in (tuple(version) + (0, 0, 0))[:3])
 
 
 def _choose_backend(backend: str) -> str:
@@ -232,29 +302,76 @@ def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, ch
     return build_inference_data(posterior, stats, warmup=warmup, attrs=attrs)
 
 
+#: Phrases of CmdStan's console output when the data do not fit the program
+#: (reading the JSON, the data block's sizes and constraints).
+_CMDSTAN_DATA_ERRORS = ("processing stage=data initialization", "variable name=",
+                        "variable does not exist", "Error reading", "mismatch in dimension",
+                        "mismatch in number dimensions", "int variable contained non-int values")
+
+
+def cmdstan_model_file(stan_path: Path, root: Path | None,
+                       cache_dir: str | os.PathLike[str] | None) -> Path:
+    """A copy of the program in stan_dp's cache, where CmdStan builds its executable.
+
+    cmdstanpy writes the executable next to the ``.stan`` file; compiling a
+    copy keeps the user's folder clean.  The copy's folder is keyed by the
+    source and the installation, so a change of either builds anew; the
+    original folder stays on the include path.
+    """
+    from stan_dp.toolchain import default_cache_dir
+
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    source = stan_path.read_bytes()
+    key = hashlib.sha256(source + b"\0" + str(root).encode() + b"\0"
+                         + str(stan_path.parent).encode()).hexdigest()[:16]
+    target = cache / "cmdstan" / key / stan_path.name
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(stan_path, tmp)
+        os.replace(tmp, target)
+    return target
+
+
 def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains: int,
                  draws: int, warmup: int, adapt_delta: float, max_treedepth: int,
-                 parallel_chains: int, progress: bool) -> Any:
+                 parallel_chains: int, progress: bool, cache_dir: Any = None) -> Any:
     import cmdstanpy
 
     from stan_dp.output import _import_arviz
+    from stan_dp.toolchain import StanCompileError
 
     az = _import_arviz()
-    try:
-        model = cmdstanpy.CmdStanModel(stan_file=str(stan_path))
-        fit = model.sample(
-            data=data, chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
-            save_warmup=warmup > 0, adapt_delta=adapt_delta, max_treedepth=max_treedepth,
-            parallel_chains=parallel_chains, show_progress=progress,
-        )
-    except RuntimeError as exc:
-        raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}") from exc
+    root = find_cmdstan()
+    model_file = cmdstan_model_file(stan_path, root, cache_dir)
+    if not model_file.with_suffix("").exists():
+        logger.info("compiling %s with CmdStan (first time, about 30-60 s)", stan_path.name)
+    with _cmdstanpy_env(None if root is None else str(root)):
+        try:
+            model = cmdstanpy.CmdStanModel(
+                stan_file=str(model_file),
+                stanc_options={"include-paths": [str(stan_path.parent)]})
+        except (ValueError, RuntimeError) as exc:
+            raise StanCompileError(f"CmdStan could not compile {stan_path.name}: {exc}") from None
+        try:
+            fit = model.sample(
+                data=data, chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
+                save_warmup=warmup > 0, adapt_delta=adapt_delta, max_treedepth=max_treedepth,
+                parallel_chains=parallel_chains, show_progress=progress,
+            )
+        except RuntimeError as exc:
+            text = str(exc)
+            if any(p in text for p in _CMDSTAN_DATA_ERRORS):
+                detail = next((line.strip() for line in text.splitlines()
+                               if any(p in line for p in _CMDSTAN_DATA_ERRORS)), text)
+                raise ValueError(f"the data do not fit {stan_path.name}: {detail}") from None
+            raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}") from exc
+        version = cmdstan_version_string(root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         idata = az.from_cmdstanpy(posterior=fit, save_warmup=warmup > 0)
-    major, minor = cmdstanpy.cmdstan_version() or ("?", "?")
     attrs = netcdf_safe_attrs(_attrs(
-        backend="cmdstan", stan_version=f"{major}.{minor}", stan_path=stan_path, seed=seed,
+        backend="cmdstan", stan_version=version, stan_path=stan_path, seed=seed,
         seeded=seeded, chains=chains, draws=draws, warmup=warmup, adapt_delta=adapt_delta,
         max_treedepth=max_treedepth))
     idata.attrs.update(attrs)
@@ -316,7 +433,9 @@ def reference_fit(
     progress : bool
         Show a progress bar.
     cache_dir : path, optional
-        Cache for the compiled library (offline backend).
+        stan_dp's cache (default the per-user one): the compiled library
+        (offline backend), or the copy of the program that CmdStan compiles
+        (the executable is built there, never next to ``model``).
 
     Returns
     -------
@@ -326,20 +445,23 @@ def reference_fit(
         ``(chain, draw, D)``), ``sample_stats`` (``lp``, ``acceptance_rate``,
         ``step_size``, ``tree_depth``, ``n_steps``, ``diverging``,
         ``energy``), the warm-up groups, and ``attrs`` with ``backend``,
-        ``sampler="nuts"``, ``private=0``, ``stan_version``, ``seed``,
+        ``sampler="nuts"``, ``private=0``, ``stan_version`` (Stan's or
+        CmdStan's version as ``"2.35.0"`` for both backends), ``seed``,
         ``chains``, ``draws``, ``warmup``.  Saveable with ``to_netcdf``.
 
     Raises
     ------
     ValueError
-        Bad arguments, or data that do not fit the model (the message names
-        the variable).
+        Bad arguments, or data that do not fit the model (the same for both
+        backends: "the data lack ..." for a missing scalar, else "the data
+        do not fit <model>: ..." with Stan's message naming the variable).
     FileNotFoundError
         Missing model or data file.
     RuntimeError
         ``backend="cmdstan"`` without CmdStan, or a failed run.
     stan_dp.StanCompileError
-        The program does not compile.
+        The program does not compile (a syntax error is found by stanc
+        before either backend runs, with its line and column).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -368,7 +490,7 @@ def reference_fit(
     if chosen == "cmdstan":
         cmdstan_data = str(Path(data).expanduser()) if isinstance(data, (str, os.PathLike)) \
             else values
-        idata = _fit_cmdstan(stan_path, cmdstan_data, **settings)
+        idata = _fit_cmdstan(stan_path, cmdstan_data, cache_dir=cache_dir, **settings)
     else:
         idata = _fit_offline(stan_path, data_json, cache_dir=cache_dir, **settings)
     _warn_divergences(idata)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import warnings
 from pathlib import Path
 
@@ -251,38 +253,132 @@ def test_reference_variant_has_its_own_cache_key(tmp_path, monkeypatch):
         cache_key(LINEAR, variant="fast")
 
 
-def test_cmdstan_backend_wiring(monkeypatch):
-    # Without CmdStan: a stand-in for cmdstanpy checks that the call binds to the
-    # real CmdStanModel.sample signature, and that the result gets our attrs.
-    import inspect
+def _fake_cmdstan(root: Path, version: str = "2.35.0") -> Path:
+    """A folder that cmdstanpy's path validation accepts as a CmdStan installation."""
+    root.mkdir(parents=True)
+    (root / "makefile").write_text(f"# fake\nCMDSTAN_VERSION := {version}\n")
+    return root
 
+
+class _FakeCmdStan:
+    """A stand-in for cmdstanpy.CmdStanModel that binds calls to the real signatures."""
+
+    def __init__(self, calls, sample_error=None, compile_error=None):
+        import inspect
+
+        import cmdstanpy
+
+        self.calls, self.sample_error, self.compile_error = calls, sample_error, compile_error
+        # The real class's signatures (another fake may already stand in for it).
+        real = cmdstanpy.CmdStanModel
+        self.real = real.real if isinstance(real, _FakeCmdStan) else real
+        self.init_signature = inspect.signature(self.real.__init__)
+        self.sample_signature = inspect.signature(self.real.sample)
+
+    def __call__(self, **kwargs):
+        self.init_signature.bind(None, **kwargs)
+        self.calls.update(model=kwargs, cmdstan_env=os.environ.get("CMDSTAN"))
+        if self.compile_error:
+            raise self.compile_error
+        return self
+
+    def sample(self, **kwargs):
+        self.sample_signature.bind(None, **kwargs)
+        self.calls.update(kwargs)
+        if self.sample_error:
+            raise self.sample_error
+        return "fit"
+
+
+def test_cmdstan_backend_wiring(monkeypatch, tmp_path):
+    # Without CmdStan: a stand-in for cmdstanpy checks that the call binds to the
+    # real CmdStanModel signatures, that the program is compiled from a copy in
+    # stan_dp's cache (cmdstanpy puts the executable next to the .stan file),
+    # and that the result gets our attrs.
     import cmdstanpy
 
     calls = {}
-
-    class FakeModel:
-        def __init__(self, stan_file):
-            calls["stan_file"] = stan_file
-
-        def sample(self, **kwargs):
-            inspect.signature(cmdstanpy.CmdStanModel.sample).bind(None, **kwargs)
-            calls.update(kwargs)
-            return "fit"
-
     offline = reference_fit(LINEAR, linear_data(n=10), seed=2, chains=1, draws=10, warmup=10)
     az = _arviz()
-    monkeypatch.setattr(reference_module, "cmdstan_available", lambda: True)
-    monkeypatch.setattr(cmdstanpy, "CmdStanModel", FakeModel)
-    monkeypatch.setattr(cmdstanpy, "cmdstan_version", lambda: (2, 36))
+    root = _fake_cmdstan(tmp_path / "cmdstan-2.36.1", "2.36.1")
+    monkeypatch.setenv("STAN_DP_CMDSTAN", str(root))
+    monkeypatch.delenv("CMDSTAN", raising=False)
+    monkeypatch.setattr(cmdstanpy, "CmdStanModel", _FakeCmdStan(calls))
     monkeypatch.setattr(az, "from_cmdstanpy", lambda posterior, save_warmup: offline)
+    user_folder = sorted(p.name for p in Path(LINEAR).resolve().parent.iterdir())
     idata = reference_fit(LINEAR, linear_data(n=10), seed=2, chains=3, draws=7, warmup=5,
-                          adapt_delta=0.9, max_treedepth=8)
-    assert Path(calls["stan_file"]).resolve() == Path(LINEAR).resolve()   # stan_models/ is a link
+                          adapt_delta=0.9, max_treedepth=8, cache_dir=tmp_path / "cache")
+    stan_file = Path(calls["model"]["stan_file"])
+    assert stan_file.is_relative_to(tmp_path / "cache" / "cmdstan")
+    assert stan_file.read_bytes() == Path(LINEAR).read_bytes()
+    assert calls["model"]["stanc_options"] == {"include-paths": [str(Path(LINEAR).resolve().parent)]}
+    assert calls["cmdstan_env"] == str(root)  # the installation named by STAN_DP_CMDSTAN ...
+    assert "CMDSTAN" not in os.environ       # ... for the call only
+    assert sorted(p.name for p in Path(LINEAR).resolve().parent.iterdir()) == user_folder
     assert (calls["chains"], calls["iter_sampling"], calls["iter_warmup"]) == (3, 7, 5)
     assert (calls["seed"], calls["adapt_delta"], calls["max_treedepth"]) == (2, 0.9, 8)
     assert calls["data"]["N"] == 10 and calls["save_warmup"] is True
-    assert idata.attrs["backend"] == "cmdstan" and idata.attrs["stan_version"] == "2.36"
+    # One version format for both backends: MAJOR.MINOR.PATCH.
+    assert idata.attrs["backend"] == "cmdstan" and idata.attrs["stan_version"] == "2.36.1"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", offline.attrs["stan_version"])
     assert idata.posterior.attrs["backend"] == "cmdstan"
+
+
+def test_cmdstan_backend_raises_the_documented_errors(monkeypatch, tmp_path):
+    import cmdstanpy
+
+    from stan_dp import StanCompileError
+
+    root = _fake_cmdstan(tmp_path / "cmdstan-2.35.0")
+    monkeypatch.setenv("STAN_DP_CMDSTAN", str(root))
+    cache = tmp_path / "cache"
+    # CmdStan 2.35's console output for a data block size mismatch, as cmdstanpy raises it.
+    console = RuntimeError(
+        "Error during sampling:\nException: mismatch in dimension declared and found in "
+        "context; processing stage=data initialization; variable name=y; position=0; "
+        "dims declared=(10); dims found=(9) (in 'linear_regression.stan', line 6, column 2 "
+        "to column 14)\nCommand and output files: ...")
+    monkeypatch.setattr(cmdstanpy, "CmdStanModel", _FakeCmdStan({}, sample_error=console))
+    with pytest.raises(ValueError, match=r"^the data do not fit linear_regression.stan: "
+                                         r"Exception: mismatch .*variable name=y"):
+        reference_fit(LINEAR, linear_data(n=10), backend="cmdstan", cache_dir=cache)
+    other = RuntimeError("Error during sampling:\nsomething else\n")
+    monkeypatch.setattr(cmdstanpy, "CmdStanModel", _FakeCmdStan({}, sample_error=other))
+    with pytest.raises(RuntimeError, match="CmdStan failed on linear_regression.stan"):
+        reference_fit(LINEAR, linear_data(n=10), backend="cmdstan", cache_dir=cache)
+    failed = ValueError("Failed to compile Stan model")
+    monkeypatch.setattr(cmdstanpy, "CmdStanModel", _FakeCmdStan({}, compile_error=failed))
+    with pytest.raises(StanCompileError, match="CmdStan could not compile"):
+        reference_fit(LINEAR, linear_data(n=10), backend="cmdstan", cache_dir=cache)
+    # A syntax error is stanc's StanCompileError before either backend starts (the
+    # bundled stanc: the fake installation has none).
+    monkeypatch.delenv("STAN_DP_CMDSTAN")
+    bad = tmp_path / "bad.stan"
+    bad.write_text("parameters { real x } model { }\n")
+    for backend in ("cmdstan", "offline"):
+        with pytest.raises(StanCompileError, match=r"stanc could not translate bad.stan:\n.*line 1"):
+            reference_fit(bad, None, backend=backend, cache_dir=cache)
+
+
+def test_cmdstan_available_leaves_cmdstanpy_alone(monkeypatch, tmp_path):
+    monkeypatch.delenv("CMDSTAN", raising=False)
+    monkeypatch.delenv("STAN_DP_CMDSTAN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert not reference_module.cmdstan_available()
+    # Discovery under ~/.cmdstan: cmdstanpy.cmdstan_path() itself writes CMDSTAN.
+    _fake_cmdstan(tmp_path / ".cmdstan" / "cmdstan-2.35.0")
+    assert reference_module.cmdstan_available()
+    assert "CMDSTAN" not in os.environ
+    # STAN_DP_CMDSTAN is checked, not installed as cmdstanpy's path.
+    other = _fake_cmdstan(tmp_path / "elsewhere" / "cmdstan-2.36.0", "2.36.0")
+    monkeypatch.setenv("STAN_DP_CMDSTAN", str(other))
+    monkeypatch.setenv("CMDSTAN", "/users/own/choice")
+    assert reference_module.cmdstan_available()
+    assert reference_module.find_cmdstan() == other.resolve()
+    assert os.environ["CMDSTAN"] == "/users/own/choice"
+    monkeypatch.setenv("STAN_DP_CMDSTAN", str(tmp_path / "nope"))
+    assert not reference_module.cmdstan_available()
+    assert reference_module.cmdstan_version_string(other) == "2.36.0"
 
 
 @pytest.mark.skipif(not reference_module.cmdstan_available(), reason="CmdStan not installed")
