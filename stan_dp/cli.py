@@ -30,9 +30,13 @@ an unexpected failure); they never print a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import logging
+import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -73,7 +77,7 @@ def cmd_rows(args: argparse.Namespace) -> int:
     """
     from stan_dp import RowModel
 
-    model = RowModel(args.model, args.data, rows=args.rows)
+    model = RowModel(args.model, args.data, rows=args.rows, row_vars=args.row_vars)
     theta = np.zeros(model.dim)
     values = np.asarray(model.row_log_lik(theta), dtype=float)
     finite = values[np.isfinite(values)]
@@ -90,6 +94,29 @@ def cmd_rows(args: argparse.Namespace) -> int:
             print(f"  over the finite rows: min {finite.min():.4g}, mean {finite.mean():.4g}, "
                   f"max {finite.max():.4g} (the extremes can reveal single rows)")
     return 0
+
+
+def read_init(spec: str | None, model) -> object:
+    """The ``--init`` of ``stan-dp sample``: None, ``zeros`` or a JSON file.
+
+    ``zeros`` is the origin of the unconstrained space (CmdStan's
+    ``init=0``); a JSON file holds constrained values by variable name, as
+    CmdStan's init files do.  Either must be chosen without the data.
+    """
+    if spec is None:
+        return None
+    if spec == "zeros":
+        return np.zeros(model.dim)
+    path = Path(spec)
+    if not path.is_file():
+        raise FileNotFoundError(f"--init: not 'zeros' and no such file: {spec}")
+    try:
+        values = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--init: {spec} is not valid JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--init: {spec} must hold a JSON object of parameter values")
+    return values
 
 
 # ---------------------------------------------------------------- sampling
@@ -348,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     rows.add_argument("model", help="a .stan file")
     rows.add_argument("--data", required=True, help="data as a JSON file")
     rows.add_argument("--rows", default="N", help="the data variable counting rows (default N)")
+    rows.add_argument("--row-vars", dest="row_vars", nargs="+", default=None, metavar="VAR",
+                      help="the data variables to slice per row (default: every variable whose "
+                           "leading dimension is the row count)")
     rows.set_defaults(func=cmd_rows)
 
     sample = sub.add_parser("sample", help="a private fit of a Stan model")
@@ -414,14 +444,65 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return cli_words(text.splitlines()[0]) if text else type(exc).__name__
+
+
+CLI_FLAGS: dict[str, str] = {
+    "rows": "--rows", "row_vars": "--row-vars", "init": "--init", "public_n": "--public-n",
+    **{dest: "--" + dest.replace("_", "-") for dest, _, _ in SAMPLER_OPTIONS},
+}
+"""Python keyword (as messages write it, ``rows=``) -> the command line's flag."""
+
+
+def cli_words(message: str) -> str:
+    """A library message in the command line's words: ``rows=`` becomes ``--rows``.
+
+    The library speaks Python (``pass init=``, ``check rows=/row_vars=``);
+    every keyword that has a flag is renamed, and ``RowModel(...,
+    public_data=...)``, which has none, is marked as the Python API.
+    """
+    out = re.sub(r"(?<![\w.-])([a-z_]+)=(?!=)(\.\.\.)?",
+                 lambda m: (CLI_FLAGS[m.group(1)] + (" ..." if m.group(2) else ""))
+                 if m.group(1) in CLI_FLAGS else m.group(0),
+                 message)
+    return out.replace("RowModel(..., public_data=", "the Python API's RowModel(..., public_data=")
+
+
+class _CliLogHandler(logging.StreamHandler):
+    """Shows stan_dp's INFO messages (compile progress) on the current stderr as ``stan-dp: ...``."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: D102 - the stderr of the moment (tests replace it)
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _progress_messages() -> Iterator[None]:
+    """stan_dp's INFO messages on stderr while a command runs; the logger is restored after."""
+    log = logging.getLogger("stan_dp")
+    level = log.level
+    handler = _CliLogHandler()
+    handler.setFormatter(logging.Formatter("stan-dp: %(message)s"))
+    log.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _progress_messages():
+            return int(args.func(args))
     except (FileNotFoundError, ValueError, RuntimeError, TypeError, OSError, KeyError) as exc:
         print(f"stan-dp: error: {_first_line(exc)}", file=sys.stderr)
         return 2

@@ -491,6 +491,10 @@ def compile_model(
     with _file_lock(cache / "models" / f"{key}.lock"):
         if lib.exists():
             return lib
+        # INFO, so that a first compile is not minutes of silence: the CLI shows
+        # stan_dp's INFO messages; in Python, logging.basicConfig(level="INFO").
+        logger.info("compiling %s%s \u2014 first time, about 30 s", stan_path.name,
+                    "" if variant == "default" else " with Stan's NUTS service")
         model_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="build-", dir=model_dir) as tmpdir:
             tmp = Path(tmpdir)
