@@ -227,15 +227,18 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"option(s) {', '.join(given)} do not apply to --sampler {args.sampler}; "
                              "name a sampler (e.g. --sampler hmc) to set them")
-        model = RowModel(args.model, args.data, rows=args.rows)
+        model = RowModel(args.model, args.data, rows=args.rows, row_vars=args.row_vars)
         extra = {"chains": args.chains} if args.chains is not None else {}
         fit = sample(model, epsilon=args.epsilon, delta=args.delta, method=args.sampler,
                      seed=args.seed, relation=args.relation or "replace_one",
-                     public_n=args.public_n, progress=not args.quiet, **extra)
+                     public_n=args.public_n, progress=not args.quiet,
+                     init=read_init(args.init, model), **extra)
     else:
         fn = _sampler_function(args.sampler)
         kwargs = _sampler_kwargs(fn, args)
-        model = RowModel(args.model, args.data, rows=args.rows)
+        model = RowModel(args.model, args.data, rows=args.rows, row_vars=args.row_vars)
+        if args.init is not None:
+            kwargs["init"] = read_init(args.init, model)
         fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
                  progress=not args.quiet, **kwargs)
     _print_fit(fit)
@@ -395,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     for dest, kind, text in SAMPLER_OPTIONS:
         parse = (_nonnegative_int if dest == "warmup" else _positive_int) if kind is int else kind
         sample.add_argument("--" + dest.replace("_", "-"), dest=dest, type=parse, default=None, help=text)
+    sample.add_argument("--row-vars", dest="row_vars", nargs="+", default=None, metavar="VAR",
+                        help="the data variables to slice per row (default: every variable "
+                             "whose leading dimension is the row count)")
+    sample.add_argument("--init", default=None,
+                        help="initial point, chosen without the data: 'zeros' (unconstrained "
+                             "origin) or a JSON file of parameter values (default: random)")
     sample.add_argument("--seed", type=_nonnegative_int, default=None,
                         help="fix for a reproducible (not publishable) run")
     sample.add_argument("--output", default=None, help="write the fit as netCDF (e.g. fit.nc)")
