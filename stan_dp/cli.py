@@ -21,7 +21,8 @@ Subcommands
 ``stan-dp demo``
     The main job: a private fit of the bundled logistic regression on
     simulated data next to its non-private reference, with the comparison,
-    the privacy report and a plot written to the current folder.
+    the privacy report and a plot written to a folder it creates
+    (``stan_dp_demo/`` by default, ``--output-dir`` to choose).
 
 Errors in arguments or files give a one-line message and exit code 2 (1 for
 an unexpected failure); they never print a traceback.
@@ -310,8 +311,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from stan_dp.samplers.penalty import penalty
 
     out = Path(args.output_dir)
-    if not out.is_dir():
-        raise FileNotFoundError(f"output folder not found: {out}")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder's parent not found: {out.parent}")
+    out.mkdir(exist_ok=True)
     data = simulated_logistic_data(n=args.n)
     stan_file = _bundled("logistic_regression")
     print(f"stan_dp demo: bundled logistic regression, {args.n} simulated rows, D = {data['D']} "
@@ -444,7 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--iterations", type=_positive_int, default=1000, help="draws per chain after warm-up")
     demo.add_argument("--reference-draws", type=_positive_int, default=1000,
                       help="NUTS warm-up and draws per chain of the reference (default 1000)")
-    demo.add_argument("--output-dir", default=".", help="where the fits and the plot go (default: here)")
+    demo.add_argument("--output-dir", default="stan_dp_demo",
+                      help="folder for the fits and the plot, created if needed "
+                           "(default: stan_dp_demo)")
     demo.add_argument("--seed", type=_nonnegative_int, default=None, help="fix for a reproducible (not publishable) run")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)

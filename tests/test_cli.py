@@ -175,3 +175,136 @@ def test_every_sampler_runs_from_the_command_line(sampler, options, tmp_path, da
     assert attrs["epsilon_spent"] <= attrs["epsilon"] * (1 + 1e-9)
     assert idata.posterior["beta"].shape[:2][0] == 1
     assert "privacy report" in capsys.readouterr().out
+
+
+# ------------------------------------------------ issue 15, items 6 and 7 --
+
+def _write_json(path, data) -> str:
+    path.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in data.items()}))
+    return str(path)
+
+
+def test_errors_speak_the_command_line(tmp_path, capsys, compiled):
+    """Library messages name Python keywords (rows=, row_vars=); the CLI names its flags."""
+    from conftest import stan_test_model
+
+    from stan_dp.cli import cli_words
+
+    assert cli_words("name it with rows=...") == "name it with --rows ..."
+    assert cli_words("check rows=/row_vars= (x); pass init=, public_n=") == \
+        "check --rows/--row-vars (x); pass --init, --public-n"
+    assert cli_words("int<lower=0> N; a == b; RowModel(..., public_data={") == \
+        "int<lower=0> N; a == b; the Python API's RowModel(..., public_data={"
+    data = _write_json(tmp_path / "data.json", logistic_data(n=20))
+    assert main(["rows", str(bundled("logistic_regression")), "--data", data, "--rows", "M"]) == 2
+    err = capsys.readouterr().err
+    assert "name it with --rows ..." in err and "rows=" not in err
+    compiled(stan_test_model("rows_interact"))
+    interact = _write_json(tmp_path / "interact.json", {"N": 5, "y": np.arange(5.0)})
+    assert main(["rows", str(stan_test_model("rows_interact")), "--data", interact]) == 2
+    err = capsys.readouterr().err
+    assert "does not decompose" in err and "check --rows/--row-vars" in err
+    assert "rows=" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_transformed_data_refusal_on_the_command_line(tmp_path, capsys):
+    from conftest import stan_test_model
+
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.ones(30), rng.normal(size=(30, 2))])
+    data = _write_json(tmp_path / "brms.json", {"N": 30, "Y": rng.normal(size=30), "K": 3,
+                                                "X": x, "Kc": 2, "prior_only": 0})
+    assert main(["rows", str(stan_test_model("brms_gaussian")), "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "means_X (from X)" in err
+    assert "the Python API's RowModel(..., public_data=" in err and "center = FALSE" in err
+
+
+def test_rows_and_sample_take_row_vars(tmp_path, data_file, capsys):
+    model = str(bundled("logistic_regression"))
+    assert main(["rows", model, "--data", str(data_file), "--row-vars", "X"]) == 2
+    err = capsys.readouterr().err  # y is then shared, and vector[N] fails with N = 0
+    assert "cannot be built with zero rows" in err and "variable name=y" in err
+    assert "(check --row-vars)" in err and "declare it int<lower=0>" not in err
+    assert main(["rows", model, "--data", str(data_file), "--row-vars", "X", "y"]) == 0
+    assert "sliced per row: X, y" in capsys.readouterr().out
+    argv = ["sample", model, "--data", str(data_file), "--epsilon", "1", "--delta", "1e-5",
+            "--quiet", "--seed", "1", "--row-vars", "X", "nope"]
+    assert main(argv) == 2
+    assert "row variables not in the data: nope" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::stan_dp.honesty.UtilityWarning")  # short runs
+def test_sample_init_zeros_and_file_reach_the_sampler(tmp_path, data_file, capsys):
+    """--init zeros and an init file give the draws of the Python call with that init."""
+    import arviz as az
+
+    from stan_dp import RowModel
+    from stan_dp.samplers.penalty import penalty
+
+    model_file = bundled("logistic_regression")
+    opts = ["--epsilon", "3", "--delta", "1e-5", "--sampler", "penalty", "--clip", "2",
+            "--step-size", "0.05", "--chains", "1", "--warmup", "0", "--iterations", "20",
+            "--seed", "9", "--quiet"]
+    init_file = tmp_path / "init.json"
+    init_file.write_text(json.dumps({"alpha": 0.0, "beta": [0.0, 0.0, 0.0]}))
+    draws = {}
+    for init in ("zeros", str(init_file)):
+        out = tmp_path / f"fit{len(draws)}.nc"
+        argv = ["sample", str(model_file), "--data", str(data_file), *opts, "--init", init,
+                "--output", str(out)]
+        assert main(argv) == 0
+        draws[init] = az.from_netcdf(out).posterior["beta"].values
+    capsys.readouterr()
+    model = RowModel(model_file, str(data_file))
+    direct = penalty(model, epsilon=3, delta=1e-5, clip=2, step_size=0.05, chains=1, warmup=0,
+                     iterations=20, seed=9, init=np.zeros(model.dim), progress=False)
+    np.testing.assert_array_equal(draws["zeros"], direct.posterior["beta"].values)
+    np.testing.assert_array_equal(draws[str(init_file)], direct.posterior["beta"].values)
+    other = penalty(model, epsilon=3, delta=1e-5, clip=2, step_size=0.05, chains=1, warmup=0,
+                    iterations=20, seed=9, progress=False)   # random init: differs
+    assert not np.array_equal(other.posterior["beta"].values, draws["zeros"])
+    for bad, message in (("absent.json", "--init: not 'zeros' and no such file"),
+                         (str(init_file.with_name("bad.json")), "not valid JSON")):
+        init_file.with_name("bad.json").write_text("{")
+        assert main(["sample", str(model_file), "--data", str(data_file), *opts,
+                     "--init", bad]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_compile_progress_is_shown(tmp_path, monkeypatch, capsys):
+    """A first compile says so on stderr (toolchain INFO log shown by the CLI)."""
+    from pathlib import Path
+
+    from stan_dp import toolchain
+
+    def fake_run(cmd, what, cwd=None):  # no C++ compile: just the output file
+        out = cmd[cmd.index("-o") + 1]
+        Path(out).write_bytes(b"")
+
+    monkeypatch.setattr(toolchain, "_run", fake_run)
+    monkeypatch.setenv("STAN_DP_CACHE", str(tmp_path / "cache"))
+    data = _write_json(tmp_path / "data.json", logistic_data(n=5))
+    code = main(["rows", str(bundled("logistic_regression")), "--data", data])
+    err = capsys.readouterr().err
+    assert code in (1, 2)  # the empty "library" does not load
+    assert "stan-dp: compiling logistic_regression.stan \u2014 first time, about 30 s" in err
+    import logging
+
+    assert not any(type(h).__name__ == "_CliLogHandler"
+                   for h in logging.getLogger("stan_dp").handlers)  # main restores the logger
+
+
+@pytest.mark.filterwarnings("ignore::stan_dp.honesty.UtilityWarning")  # short runs
+def test_demo_creates_its_output_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["demo", "--method", "penalty", "--n", "500", "--warmup", "10", "--iterations", "20",
+            "--chains", "1", "--reference-draws", "50", "--seed", "1", "--quiet"]
+    assert main(argv) == 0
+    assert "stan_dp_demo" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stan_dp_demo"]  # nothing loose
+    assert {p.name for p in (tmp_path / "stan_dp_demo").iterdir()} == {
+        "stan_dp_demo_fit.nc", "stan_dp_demo_reference.nc", "stan_dp_demo.png"}
+    assert main(argv + ["--output-dir", str(tmp_path / "no" / "such")]) == 2
+    assert "output folder's parent not found" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
