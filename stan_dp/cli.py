@@ -249,13 +249,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    import arviz as az
-
     from stan_dp import reference_fit
+    from stan_dp.report import stan_summary
 
     fit = reference_fit(args.model, args.data, chains=args.chains, draws=args.draws,
                         warmup=args.warmup, seed=args.seed, backend=args.backend)
-    print(az.summary(fit).to_string())
+    print(stan_summary(fit).to_string())  # Stan's 1-based names, as compare prints them
     print(f"backend: {fit.posterior.attrs.get('backend', 'unknown')} (non-private)")
     if args.output:
         print(f"written: {_write_netcdf(fit, args.output)}")

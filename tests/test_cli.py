@@ -308,3 +308,11 @@ def test_demo_creates_its_output_folder(tmp_path, monkeypatch, capsys):
     assert main(argv + ["--output-dir", str(tmp_path / "no" / "such")]) == 2
     assert "output folder's parent not found" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_reference_command_prints_stan_names(data_file, capsys):
+    """The reference table labels components as Stan and compare do (beta[1]..beta[3])."""
+    assert main(["reference", str(bundled("logistic_regression")), "--data", str(data_file),
+                 "--chains", "1", "--draws", "50", "--warmup", "50", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "beta[1]" in out and "beta[3]" in out and "beta[0]" not in out
