@@ -45,6 +45,7 @@ from stan_dp.adaptation.newton import (
     AdaptationSettings,
     adaptation_releases,
     private_mode,
+    round_count,
 )
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
@@ -61,6 +62,11 @@ METHODS = ("auto", "gaussian", "hmc", "penalty", "subsampled_penalty", "barker")
 
 FORECAST_LIMIT = 0.5
 """Forecast per-coordinate error (posterior sds) above which a run warns before it starts."""
+
+PRIOR_SHARE_LIMIT = 0.9
+"""Warn when the prior supplies more than this share of a data-informed coordinate's curvature
+(the prior outweighs the rows nine-fold there).  At the funnel neck of the bundled-test
+hierarchical model (n = 1e4) the share was 0.97; at its proper mode below 1e-3."""
 
 NOISE_LIMIT = 0.5
 """Released noise sd of the private mode (posterior sds) above which a result warns."""
@@ -174,7 +180,7 @@ def _fitting_pld_mean(epsilon: float, delta: float, settings: AdaptationSettings
     """
     m = pld_mean_budget(epsilon, delta)
     for _ in range(200):
-        plan = adaptation_releases(m, settings)
+        plan = adaptation_releases(m, settings, 1, 1)   # settings.rounds is fixed by the caller
         spent = gaussian_epsilon([r.noise_multiplier for r in plan], [r.count for r in plan], delta)
         if spent <= epsilon:
             return m
@@ -210,6 +216,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         raise TypeError("settings must be an AdaptationSettings")
     dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
+    settings = settings._replace(rounds=round_count(settings, n_public, dim,
+                                                    pld_mean_budget(epsilon, delta) * share))
     final_share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
     fc = forecast(n_public, dim, epsilon, delta, relation=relation, kappa=settings.kappa,
                   share=final_share * share)
@@ -220,7 +228,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               f"{fc.expected_error:.2g} posterior sds per coordinate (information floor "
               f"{fc.floor:.2g}); a larger epsilon or more rows would help"], attrs, stacklevel=4)
     budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
-    releases = adaptation_releases(budget_m, settings)
+    releases = adaptation_releases(budget_m, settings, n_public, dim)
 
     # ---- nothing above touched the data ----
     root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -238,7 +246,14 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "back): the mode may be far from the posterior's; a larger epsilon, more rows, a "
               "data-independent init= nearer the posterior, or rescaled parameters would help"],
              attrs, stacklevel=4)
+    if result.prior_share > PRIOR_SHARE_LIMIT:
+        emit([f"at the private mode the prior supplies {100 * result.prior_share:.3g}% of the "
+              "curvature of a parameter the rows depend on: the mode is held by the prior, not "
+              "the data — either a very strong prior, or (typically) the degenerate neck of a "
+              "hierarchical model (a group sd near 0, the group effects at their mean), where a "
+              "Gaussian is not the posterior; a non-centred parametrisation may help"], attrs, stacklevel=4)
     attrs.update({
+        "prior_share": float(result.prior_share),
         "adaptation_share": float(share),
         "adaptation_releases": len(result.ledger.entries),
         "release_summary": result.ledger.summary(),
@@ -375,7 +390,10 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     max_step = 2.38 / math.sqrt(d)
     # The adaptation's releases are fixed by the budget split alone, so the
     # chain's noise can be calibrated (and refused) before any data is read.
-    pre = adaptation_releases(_fitting_pld_mean(epsilon, delta, settings) * adaptation_share, settings)
+    settings = settings._replace(rounds=round_count(
+        settings, n_public, d, pld_mean_budget(epsilon, delta) * adaptation_share))
+    pre = adaptation_releases(_fitting_pld_mean(epsilon, delta, settings) * adaptation_share, settings,
+                              n_public, d)
     kwargs: dict[str, Any] = {"epsilon": epsilon, "delta": delta, "chains": chains, "warmup": warmup,
                               "iterations": iterations, "progress": progress}
     if method == "penalty":

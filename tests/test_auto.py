@@ -20,7 +20,8 @@ from scipy import stats
 import densities
 import stan_dp
 from stan_dp.adaptation.forecast import forecast, gdp_mu, whitened_grad_scale
-from stan_dp.adaptation.newton import AdaptationSettings, adaptation_releases
+from stan_dp.adaptation.forecast import pld_mean_budget
+from stan_dp.adaptation.newton import AdaptationSettings, adaptation_releases, round_count
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.honesty import UtilityWarning
@@ -100,7 +101,7 @@ def test_accounting_equals_the_closed_form_of_the_composed_gaussians():
     model = logistic(2000, 3, True)
     fit, _ = _quiet_sample(model, epsilon=2.0, delta=1e-6, seed=4, draws=50)
     settings = AdaptationSettings()
-    plan = adaptation_releases(1.0, settings)
+    plan = adaptation_releases(1.0, settings._replace(rounds=round_count(settings, 2000, 4, pld_mean_budget(2.0, 1e-6))), 2000, 4)
     assert fit.attrs["releases"] == sum(r.count for r in plan)
     # independent: PLD mean from the summary, tight delta(eps) of N(M, 2M) (Balle & Wang 2018)
     summary = fit.attrs["release_summary"]
@@ -275,8 +276,10 @@ def test_penalty_after_adaptation_is_accounted_as_one_run():
     fit, _ = _quiet_sample(model, epsilon=2.0, delta=1e-5, method="penalty", seed=6, chains=2,
                            iterations=40, warmup=5, progress=False)
     attrs = fit.attrs
-    pre = adaptation_releases(_fitting_pld_mean(2.0, 1e-5, AdaptationSettings()) * MCMC_ADAPTATION_SHARE,
-                              AdaptationSettings())
+    settings = AdaptationSettings()
+    settings = settings._replace(rounds=round_count(settings, 1000, 4, pld_mean_budget(2.0, 1e-5) * MCMC_ADAPTATION_SHARE))
+    pre = adaptation_releases(_fitting_pld_mean(2.0, 1e-5, settings) * MCMC_ADAPTATION_SHARE,
+                              settings, 1000, 4)
     independent = Budget(2.0, 1e-5).epsilon_spent([Release(attrs["noise_multiplier"])], 45, chains=2,
                                                    once=[])
     assert attrs["epsilon_spent"] > independent            # the adaptation is counted ...

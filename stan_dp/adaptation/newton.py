@@ -12,12 +12,13 @@ any affine reparametrisation).
 
 Steps (every data access a Gaussian release written to the ledger):
 
-1. **Scale** at the initial point: a private median ``t_j`` of the per-row
-   curvatures ``|d^2 loglik_i / d theta_j^2|`` (central differences of the
-   per-row gradients) for every coordinate
+1. **Scale** at the initial point: a private 90th percentile ``t_j`` of the
+   per-row curvatures ``|d^2 loglik_i / d theta_j^2|`` (central differences
+   of the per-row gradients) for every coordinate
    (:func:`~stan_dp.adaptation.quantile.private_quantiles`) gives the
-   initial diagonal frame ``A_0 = diag(1 / sqrt(n t_j))``, the local
-   curvature's scale.  (The gradients' spread would overstate the curvature
+   initial diagonal frame ``A_0 = diag(1 / sqrt(n t_j))``: the local
+   curvature's scale, erring narrow (a high percentile; a coordinate only a
+   fifth of the rows depend on, like a group effect, still gets a scale).  (The gradients' spread would overstate the curvature
    by ``~ r^2 / sigma^2`` far from the mode: a scale parameter started two
    decades too small then freezes every coordinate.)  A coordinate whose
    median is zero (rows mostly do not depend on it, e.g. a group effect)
@@ -26,12 +27,11 @@ Steps (every data access a Gaussian release written to the ledger):
    ``G = sum_i clip_{C_g}(A_k' g_i)`` and ``H = sum_i clip_{C_H}(-A_k' H_i A_k)``
    (per-row Hessians by central differences of per-row gradients along the
    frame's axes, symmetrised; Frobenius clip), add the exact prior terms
-   (public), and make ``H`` positive definite by *shrinking* its eigenvalues
-   towards the current frame's (``1``) by their signal-to-noise ratio
-   (``lambda' = 1 + (lambda - 1)(1 - tau^2 / (lambda - 1)^2)_+`` with ``tau``
-   twice the noise's spectral norm), taking absolute values (saddle-free
-   Newton) and bounding them to ``[1e-3, 1e8]``: a noisy release cannot
-   shrink or blow up the frame by noise alone.  The one-step estimate
+   (public), and make ``H`` positive definite (:func:`_shrunk_eigen`: the
+   released part's eigenvalues shrunk by their signal-to-noise ratio, ``tau``
+   twice the noise's spectral norm, the exact prior added, absolute values,
+   floored at ``min(1, tau)``): a noisy release cannot widen the frame by
+   noise alone, and a direction it cannot resolve keeps its scale.  The one-step estimate
    ``theta_k + A_k H^-1 G`` is recorded with its noise covariance
    ``A_k H^-1 (s_G^2 I) H^-1 A_k'``; the chain of points moves to it within a
    trust region (frame units, grown x4 whenever it binds, shrunk x4 after an
@@ -39,11 +39,15 @@ Steps (every data access a Gaussian release written to the ledger):
    back) and a public cap on each unconstrained coordinate
    (:attr:`AdaptationSettings.max_step`); the frame becomes
    ``A_{k+1} = A_k Q Lambda^{-1/2}`` (``H = Q Lambda Q'``).
-3. **Average** the one-step estimates of the trailing rounds whose step was
-   neither capped nor an overshoot (inverse-noise-covariance weights): the
-   mode; the average of their curvatures, mapped to ``theta`` space and
-   inverted: the covariance.  If fewer than two rounds qualify the search
-   did not settle, and the result says so.
+3. **Pool** the rounds whose Newton step is within a few posterior sds (plus
+   its noise) of their point: their mean released curvature (in ``theta``
+   space, made positive definite once against the pooled noise) and their
+   one-step estimates with it, precision-weighted (:func:`_pooled_estimate`);
+   the search moves to the pooled estimate, and rounds far from it in its
+   metric leave the pool.  The final pool gives the mode, the covariance
+   (inverse pooled curvature) and the noise covariance.  The search has
+   *settled* when at least two rounds are pooled and the pooled curvature is
+   resolved in every direction; otherwise the result says so.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ import math
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from scipy import stats
 
 from stan_dp.accounting import Release
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -69,11 +75,41 @@ __all__ = [
 ]
 
 
+SCALE_TAIL = 0.1
+"""The initial scale is the ``1 - SCALE_TAIL`` quantile of the per-row curvatures (or higher
+up the tail when the count noise demands it: :func:`scale_tail`)."""
+
+
+def scale_tail(n_public: int, dim: int, noise_multiplier: float) -> float:
+    """Tail fraction of the initial scale search: at least 3.7 count-noise sds of rows.
+
+    The binary search compares a noisy count with ``tail * n``; at a threshold
+    above every row the count is 0, and a noise draw above the target would
+    send the search (and the frame) off by decades.  With the target at 3.7
+    noise sds (``noise_multiplier * sqrt(d)``) that happens with probability
+    ``1e-4`` per round.  Public.
+    """
+    sd = noise_multiplier * math.sqrt(dim)
+    return float(min(0.5, max(SCALE_TAIL, 3.7 * sd / n_public)))
+
+
+NOISE_SPECTRAL_FACTOR = 1.5
+"""``tau = NOISE_SPECTRAL_FACTOR * s * sqrt(2 d)``: a symmetric Gaussian noise matrix with
+diagonal sd ``s`` and off-diagonal ``s / sqrt(2)`` has spectral norm ``~ s sqrt(2 d)``."""
+
+
 class AdaptationSettings(NamedTuple):
     """Tuning constants of :func:`private_mode` (data-independent)."""
 
-    rounds: int = 30
-    """Newton rounds (each one gradient and one curvature release)."""
+    rounds: int | None = None
+    """Newton rounds (each one gradient and one curvature release); ``None``: :func:`round_count`."""
+    min_rounds: int = 8
+    """Fewest rounds :func:`round_count` plans."""
+    max_rounds: int = 30
+    """Most rounds :func:`round_count` plans."""
+    resolution: float = 1.0
+    """:func:`round_count` plans rounds whose curvature noise ``tau`` (in the posterior's
+    frame, where the curvature is the identity) is at most this."""
     kappa: float = 3.0
     """Gradient clip bound in the frame, as a multiple of ``C_w = sqrt(chi2_{d,0.9} / n)``."""
     kappa_hessian: float = 3.0
@@ -120,6 +156,30 @@ class AdaptationResult(NamedTuple):
     """At least two trailing rounds qualified for the average."""
     path: np.ndarray
     """The search's points ``theta_k`` (post-processing of releases)."""
+    prior_share: float
+    """Largest share of the curvature at the mode that the prior supplies, over the coordinates
+    the rows depend on (those whose initial scale was found).  Near 1 the mode is held by the
+    prior, not the data: typically the degenerate neck of a hierarchical funnel (a group sd
+    at 0, the group effects at their mean), where a Gaussian is not the posterior."""
+
+
+def round_count(settings: AdaptationSettings, n_public: int, dim: int, pld_mean: float) -> int:
+    """Number of Newton rounds: as many as keep one round's curvature release resolvable.
+
+    In the posterior's own frame the curvature is the identity and the
+    curvature release of one round has noise ``tau = 2 s sqrt(2 d)`` in
+    spectral norm (``s`` its diagonal sd), which grows like ``sqrt(rounds)``.
+    More rounds localise from further away; fewer resolve the curvature of
+    each round.  The count is the largest with ``tau <= resolution``, within
+    ``[min_rounds, max_rounds]`` (``settings.rounds`` if given).  Public.
+    """
+    if settings.rounds is not None:
+        return int(settings.rounds)
+    one = noise_multipliers(pld_mean, settings._replace(rounds=1))
+    c_h = settings.kappa_hessian * whitened_hessian_scale(n_public, dim)
+    tau_one = NOISE_SPECTRAL_FACTOR * one["curvature"] * 2.0 * c_h * math.sqrt(2.0 * dim)
+    k = int((settings.resolution / tau_one) ** 2) if tau_one > 0 else settings.max_rounds
+    return int(min(max(k, settings.min_rounds), settings.max_rounds))
 
 
 def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str, float]:
@@ -127,11 +187,14 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
 
     The budget ``pld_mean = sum 1 / (2 z^2)`` is split: ``quantile_share`` for
     the initial scale (``quantile_rounds`` count releases), the rest equally
-    over the rounds; in each round ``clip_share`` for the clip medians
-    (``clip_rounds`` count releases) and the remainder between the gradient
-    and (``hessian_share``) the curvature release.
+    over the ``settings.rounds`` rounds (set it, e.g. with :func:`round_count`);
+    in each round ``clip_share`` for the clip medians (``clip_rounds`` count
+    releases) and the remainder between the gradient and (``hessian_share``)
+    the curvature release.
     """
     s = settings
+    if s.rounds is None:
+        raise ValueError("settings.rounds must be set (see round_count)")
     m_quantile = s.quantile_share * pld_mean
     m_round = (1.0 - s.quantile_share) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
@@ -143,10 +206,11 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     }
 
 
-def adaptation_releases(pld_mean: float, settings: AdaptationSettings) -> list[Release]:
+def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public: int,
+                        dim: int) -> list[Release]:
     """Every release :func:`private_mode` makes, as accounting lines (data-independent)."""
-    z = noise_multipliers(pld_mean, settings)
-    s = settings
+    s = settings._replace(rounds=round_count(settings, n_public, dim, pld_mean))
+    z = noise_multipliers(pld_mean, s)
     return [Release(z["scale"], s.quantile_rounds), Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
 
@@ -208,14 +272,27 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     return mats
 
 
-def _shrunk_eigen(h: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
-    """Eigen-decomposition of ``h`` with eigenvalues shrunk towards 1 by their noise ``tau``."""
-    h = np.where(np.isfinite(h), h, 0.0)
-    lam, q = np.linalg.eigh(0.5 * (h + h.T))
-    dev = lam - 1.0
+def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """Eigen-decomposition of ``prior + data`` after removing what the noise ``tau`` explains.
+
+    ``data`` is the released (noisy) curvature in the current frame, ``prior``
+    the exact prior curvature in that frame.  The data part's eigenvalues are
+    shrunk towards 0 by their signal-to-noise ratio
+    (``lambda (1 - tau^2 / lambda^2)_+``), the exact prior is added, absolute
+    values are taken (saddle-free Newton), and eigenvalues are floored at
+    ``min(1, tau)``: a direction whose curvature the release cannot resolve
+    keeps the current frame's scale (it is neither widened by noise nor by a
+    curvature that is merely unknown) — so an unresolved frame stays too
+    narrow rather than too wide, and steps stay short.  Bounded to
+    ``[1e-3, 1e8]``.
+    """
+    data = np.where(np.isfinite(data), data, 0.0)
+    lam_d, q_d = np.linalg.eigh(0.5 * (data + data.T))
     with np.errstate(divide="ignore", invalid="ignore"):
-        keep = np.clip(1.0 - tau**2 / np.maximum(dev * dev, 1e-300), 0.0, 1.0)
-    lam = np.abs(1.0 + dev * keep)
+        keep = np.clip(1.0 - tau**2 / np.maximum(lam_d * lam_d, 1e-300), 0.0, 1.0)
+    total = (q_d * (lam_d * keep)) @ q_d.T + np.where(np.isfinite(prior), prior, 0.0)
+    lam, q = np.linalg.eigh(0.5 * (total + total.T))
+    lam = np.maximum(np.abs(lam), min(1.0, tau))
     return np.clip(lam, 1e-3, 1e8), q
 
 
@@ -256,16 +333,11 @@ def private_mode(
     -------
     AdaptationResult
     """
-    s = settings
     d = int(density.dim)
+    s = settings._replace(rounds=round_count(settings, n_public, d, pld_mean))
     ledger = Ledger(relation)
-    m_quantile = s.quantile_share * pld_mean
-    m_round = (1.0 - s.quantile_share) * pld_mean / s.rounds
-    z_q = math.sqrt(s.quantile_rounds / (2.0 * m_quantile))
-    m_data = m_round * (1.0 - s.clip_share)
-    z_c = math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share))
-    z_g = 1.0 / math.sqrt(2.0 * m_data * (1.0 - s.hessian_share))
-    z_h = 1.0 / math.sqrt(2.0 * m_data * s.hessian_share)
+    zs = noise_multipliers(pld_mean, s)   # the same plan adaptation_releases() accounts
+    z_q, z_c, z_g, z_h = zs["scale"], zs["clip"], zs["gradient"], zs["curvature"]
     c_g = s.kappa * whitened_grad_scale(n_public, d)
     c_h = s.kappa_hessian * whitened_hessian_scale(n_public, d)
 
@@ -273,11 +345,16 @@ def private_mode(
     with np.errstate(all="ignore"):
         curv = np.abs(_row_neg_hessians(density, theta, np.eye(d), s.initial_fd_step,
                                         diagonal_only=True))
-    t, at_floor = private_quantiles(rng_noise, curv, tail=0.5, n_public=n_public,
+    tail = scale_tail(n_public, d, z_q)
+    t, at_floor = private_quantiles(rng_noise, curv, tail=tail, n_public=n_public,
                                     rounds=s.quantile_rounds, noise_multiplier=z_q, ledger=ledger,
                                     what="scale count")
-    scale = 1.0 / np.sqrt(n_public * t)
+    # t is an upper quantile; the mean curvature (what the frame needs) is about
+    # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1), and larger
+    # than that for coordinates only some rows depend on (the frame errs narrow).
+    scale = 1.0 / np.sqrt(n_public * t / float(stats.chi2.ppf(1.0 - tail, 1)))
     scale = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
+    data_coordinates = ~at_floor
     frame = np.diag(scale)
 
     rounds: list[dict[str, Any]] = []
@@ -308,9 +385,9 @@ def private_mode(
         h_rel, sd_h = clipped_matrix_sum(rng_noise, mats, bound_h, z_h, ledger, f"curvature sum, round {k}")
         _, pg = prior_gradient(density, theta)
         grad = g_rel + frame.T @ np.where(np.isfinite(pg), pg, 0.0)
-        hess = h_rel + prior_neg_hessian(density, theta, frame, s.fd_step)
-        tau = 2.0 * sd_h * math.sqrt(2.0 * d)
-        lam, q = _shrunk_eigen(hess, tau)
+        prior_hess = prior_neg_hessian(density, theta, frame, s.fd_step)
+        tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
+        lam, q = _shrunk_eigen(h_rel, prior_hess, tau)
         du = q @ ((q.T @ grad) / lam)
         h_inv = (q / lam) @ q.T
         inv_frame = np.linalg.inv(frame)
@@ -343,6 +420,9 @@ def private_mode(
             if capped:
                 move *= s.max_step / biggest
             noise_level = sd_g * math.sqrt(float(np.sum(h_inv * h_inv)))
+            # Near: the Newton step is within a few posterior sds plus its noise, AND the
+            # release resolved the curvature (no eigenvalue at the noise floor): in an
+            # unresolved frame a short step in frame units says nothing about the distance.
             near = float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d)) and not capped
             rounds.append({"ok": near, "one_step": theta + frame @ du,
                            "noise_cov": sd_g**2 * frame @ h_inv @ h_inv @ frame.T,
@@ -354,8 +434,16 @@ def private_mode(
                 # the noise of a single round.
                 pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
                              "grad_precision": frame @ frame.T / sd_g**2,
-                             "hess": inv_frame.T @ hess @ inv_frame, "sd_h": sd_h})
+                             "hess": inv_frame.T @ h_rel @ inv_frame,
+                             "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h})
                 pooled = _pooled_estimate(pool, frame)
+                # In a frame the release could not resolve, a short step in frame units
+                # says little about the distance: once the pooled curvature resolves it,
+                # rounds far from the pooled mode (in its metric) leave the pool.
+                kept = [r for r in pool if _distance(r["theta"], pooled) <= 3.0 * math.sqrt(d) + 3.0]
+                if kept and len(kept) < len(pool):
+                    pool[:] = kept
+                    pooled = _pooled_estimate(pool, frame)
                 move = pooled.mode - theta
                 new_frame = pooled.frame
             else:
@@ -374,7 +462,7 @@ def private_mode(
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame)
         mode, noise_cov, curvature, used, settled = (pooled.mode, pooled.noise_cov, pooled.curvature,
-                                                     len(pool), True)
+                                                     len(pool), pooled.resolved)
     else:
         last = [r for r in rounds if "one_step" in r][-1:]
         if not last:  # every round stepped back: report where the search stands
@@ -386,8 +474,15 @@ def private_mode(
     lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
     covariance = (q / lam) @ q.T
     frame = (q / np.sqrt(lam)) @ q.T
+    # the prior's share of the curvature at the mode, per coordinate the rows depend on
+    prior_theta = np.linalg.inv(frame).T @ prior_neg_hessian(density, mode, frame, s.fd_step) @ np.linalg.inv(frame)
+    total = np.diag(0.5 * (curvature + curvature.T))
+    with np.errstate(all="ignore"):
+        shares = np.diag(prior_theta) / total
+    shares = shares[data_coordinates & np.isfinite(shares)]
+    prior_share = float(np.max(shares)) if shares.size else 0.0
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
-                            used, settled, np.array(path))
+                            used, settled, np.array(path), prior_share)
 
 
 class _Pooled(NamedTuple):
@@ -395,6 +490,14 @@ class _Pooled(NamedTuple):
     noise_cov: np.ndarray
     curvature: np.ndarray
     frame: np.ndarray
+    resolved: bool
+    """No eigenvalue of the pooled curvature sits at the noise floor."""
+
+
+def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
+    """Distance of ``theta`` from the pooled mode in the pooled curvature's metric (posterior sds)."""
+    diff = theta - pooled.mode
+    return math.sqrt(max(float(diff @ pooled.curvature @ diff), 0.0))
 
 
 def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
@@ -410,8 +513,11 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
     """
     d = frame.shape[0]
     mean_hess = np.mean([r["hess"] for r in pool], axis=0)
+    mean_prior = np.mean([r["prior_hess"] for r in pool], axis=0)
     sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
-    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, 2.0 * sd_h * math.sqrt(2.0 * d))
+    tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
+    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame, tau)
+    resolved = bool(np.all(lam > 1.0001 * min(1.0, tau)))
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
     curvature = 0.5 * (curvature + curvature.T)
@@ -425,4 +531,4 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
         weighted += p @ (r["theta"] + h_inv @ r["grad"])
     noise_cov = np.linalg.pinv(precision)
     return _Pooled(noise_cov @ weighted, 0.5 * (noise_cov + noise_cov.T), curvature,
-                   frame @ (q / np.sqrt(lam)))
+                   frame @ (q / np.sqrt(lam)), resolved)
