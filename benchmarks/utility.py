@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import stan_dp
-from stan_dp.adaptation.forecast import gdp_mu
+from stan_dp.information_floor import information_floor
 
 POISSON = """
 // Poisson regression with a log link, as users write it (wide normal priors).
@@ -70,19 +70,6 @@ def simulate(model: str, n: int, seed: int, unstandardised: bool) -> dict:
     return data
 
 
-def floor(row_model, ref, epsilon: float, delta: float) -> float:
-    """``2 C_w / mu`` at the reference (uses raw data: a yardstick, not private)."""
-    draws = np.column_stack([ref.posterior[v].values.reshape(-1, *ref.posterior[v].shape[2:]).reshape(
-        ref.posterior[v].shape[0] * ref.posterior[v].shape[1], -1) for v in ("alpha", "beta")])
-    unc = np.array([row_model.bridge.param_unconstrain(d) for d in draws])
-    cov = np.cov(unc.T)
-    lam, q = np.linalg.eigh(cov)
-    root = (q * np.sqrt(lam)) @ q.T
-    _, grads = row_model.row_log_lik_grad(unc.mean(axis=0))
-    norms = np.linalg.norm(grads @ root, axis=1)
-    return float(2 * np.quantile(norms, 0.9) / gdp_mu(epsilon, delta))
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["logistic", "poisson"])
@@ -119,7 +106,7 @@ def main(argv=None) -> None:
                             errs.append(np.atleast_1d(np.abs(p.mean(0) - r.mean(0)) / r.std(0)))
                             ratios.append(np.atleast_1d(p.std(0) / r.std(0)))
                         errs = np.concatenate(errs)
-                        fl = floor(model, ref, eps, args.delta)
+                        fl = information_floor(model, ref, eps, args.delta)
                         target = max(3 * fl, 0.5)
                         warned = any(issubclass(w.category, stan_dp.UtilityWarning) for w in caught)
                         print(f"{name:9s} {scaling:7s} {n:<7d} {eps:<3g} {seed:<4d} {errs.max():6.2f} "
