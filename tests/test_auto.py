@@ -305,3 +305,18 @@ def test_curvature_release_uses_the_secure_noise_path():
     out, sd = clipped_matrix_sum(stream, mats, 1.0, 1.0, Ledger("replace_one"), "h")
     np.testing.assert_array_equal(out, out.T)
     assert np.all(np.isfinite(out)) and sd == 2.0
+
+
+@pytest.mark.parametrize("sampler", ["penalty", "subsampled_penalty", "barker"])
+def test_seed_samplers_without_knobs_go_through_the_adaptation(sampler):
+    model = logistic(1000, 3, False)
+    fn = getattr(stan_dp, sampler)
+    extra = {} if sampler == "barker" else {"iterations": 20, "warmup": 5}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UtilityWarning)
+        fit = fn(model, epsilon=2.0, delta=1e-5, chains=2, seed=3, progress=False, **extra)
+    assert fit.attrs["adaptation_releases"] > 0 and fit.attrs["epsilon_spent"] <= 2.0
+    with pytest.raises(ValueError, match="give all of"):      # half the knobs: ambiguous
+        fn(densities.Untouchable(model), epsilon=2.0, delta=1e-5, step_size=0.1)
+    with pytest.raises(ValueError, match="need"):             # options that need hand-set knobs
+        fn(densities.Untouchable(model), epsilon=2.0, delta=1e-5, proposal="guided")

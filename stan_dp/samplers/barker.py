@@ -55,6 +55,7 @@ from stan_dp.inference import SamplerSpec, initial_position, resolve_init, run, 
 from stan_dp.mechanisms import clip_log_ratios, gaussian_release
 from stan_dp.row_ratios import log_ratios
 from stan_dp.samplers import minibatch as mb
+from stan_dp.samplers.automatic import automatic as _automatic
 from stan_dp.samplers.barker_correction import (
     DEFAULT_CORRECTION_VARIANCE,
     CorrectionDistribution,
@@ -185,9 +186,9 @@ def barker(
     *,
     epsilon: float,
     delta: float,
-    batch_size: int,
+    batch_size: int | None = None,
     iterations: int | None = None,
-    step_size: float | Sequence[float] | np.ndarray,
+    step_size: float | Sequence[float] | np.ndarray | None = None,
     proposal: str = "gaussian",
     temperature: float = 1.0,
     n0: float | None = None,
@@ -210,15 +211,18 @@ def barker(
     epsilon, delta : float
         Budget of the whole run (all chains, warm-up included), replace-one
         neighbours.
-    batch_size : int
+    batch_size : int, optional
         ``b``: rows per iteration, drawn without replacement;
         ``10/(C-1) < b <= n`` (Theorem 8 needs ``5 alpha < (C-1) b`` for
         some order ``alpha >= 2``).
     iterations : int, optional
         Post-warm-up draws per chain.  ``None``: the most that fit the budget.
         Given: refused (before any data is read) if it does not fit.
-    step_size : float or array (dim,)
+    step_size : float or array (dim,), optional
         Proposal scale(s), unconstrained space.
+        Leave out all of the hand-set knobs (``batch_size``, ``step_size``)
+        and the run goes through :func:`stan_dp.sample`'s private adaptation
+        (half the budget), which sets them from public facts.
     proposal : {"gaussian", "component", "guided"}
         See :func:`stan_dp.penalty`.
     temperature : float
@@ -260,6 +264,13 @@ def barker(
     stan_dp.accounting.PrivacyBudgetError
         If the run does not fit the budget — before any data is touched.
     """
+    if batch_size is None or step_size is None:
+        return _automatic("barker", model, epsilon=epsilon, delta=delta, iterations=iterations,
+                          chains=chains, warmup=warmup, init=init, seed=seed, relation=relation,
+                          progress=progress, given=locals(), knobs=("batch_size", "step_size"),
+                          free={"proposal": "gaussian", "temperature": 1.0, "n0": None,
+                                "correction_variance": DEFAULT_CORRECTION_VARIANCE,
+                                "release_nonprivate": ()})
     check_row_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=None,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)

@@ -44,6 +44,7 @@ from stan_dp.inference import (
 )
 from stan_dp.mechanisms import clip_log_ratios, gaussian_release
 from stan_dp.row_ratios import log_ratios
+from stan_dp.samplers.automatic import automatic as _automatic
 from stan_dp.samplers.proposals import Move, Proposal, make_proposal
 
 __all__ = [
@@ -287,8 +288,8 @@ def penalty(
     delta: float,
     iterations: int | None = None,
     noise: float | None = None,
-    clip: float,
-    step_size: float | Sequence[float] | np.ndarray,
+    clip: float | None = None,
+    step_size: float | Sequence[float] | np.ndarray | None = None,
     proposal: str = "gaussian",
     temperature: float = 1.0,
     chains: int = 4,
@@ -317,11 +318,15 @@ def penalty(
         only, ``z`` is calibrated; given ``noise`` only, the largest
         ``iterations`` that fits is used; given both, the run must fit or is
         refused; given neither, ``iterations = 2000`` with calibrated noise.
-    clip : float
+    clip : float, optional
         ``L``: each row's log-likelihood ratio is clipped to
         ``±L ||theta' - theta||`` (unconstrained space).
-    step_size : float or array (dim,)
-        Proposal scale(s) in unconstrained space.
+    step_size : float or array (dim,), optional
+        Proposal scale(s) in unconstrained space.  Leave out both ``clip``
+        and ``step_size`` and the run goes through :func:`stan_dp.sample`'s
+        private adaptation (half the budget), which sets them in posterior
+        units from public facts (``stan_dp.auto``); give both for the seed's
+        algorithm exactly as written.
     proposal : {"gaussian", "component", "guided"}
         Random walk, one coordinate per iteration, or guided walk.
     temperature : float
@@ -374,6 +379,13 @@ def penalty(
     stan_dp.accounting.PrivacyBudgetError
         If the run does not fit the budget — before any data is touched.
     """
+    if clip is None or step_size is None:
+        return _automatic("penalty", model, epsilon=epsilon, delta=delta, iterations=iterations,
+                          chains=chains, warmup=warmup, init=init, seed=seed, relation=relation,
+                          progress=progress, given=locals(), knobs=("clip", "step_size"),
+                          free={"noise": None, "proposal": "gaussian", "temperature": 1.0,
+                                "owners": None, "public_owners": None,
+                                "release_clip_fraction": False})
     check_row_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
@@ -441,3 +453,4 @@ def penalty(
         release_nonprivate=("clip_fraction",) if release_clip_fraction else (),
         run_attrs=run_attrs,
     )
+

@@ -49,6 +49,7 @@ from stan_dp.inference import (
 from stan_dp.mechanisms import clip_log_ratios, gaussian_release
 from stan_dp.row_ratios import log_ratios
 from stan_dp.samplers import minibatch as mb
+from stan_dp.samplers.automatic import automatic as _automatic
 from stan_dp.samplers.penalty import _decide, log_acceptance
 from stan_dp.samplers.proposals import Proposal, make_proposal
 
@@ -174,11 +175,11 @@ def subsampled_penalty(
     *,
     epsilon: float,
     delta: float,
-    batch_size: int,
+    batch_size: int | None = None,
     iterations: int | None = None,
     noise: float | None = None,
-    clip: float,
-    step_size: float | Sequence[float] | np.ndarray,
+    clip: float | None = None,
+    step_size: float | Sequence[float] | np.ndarray | None = None,
     proposal: str = "gaussian",
     temperature: float = 1.0,
     n0: float | None = None,
@@ -200,7 +201,7 @@ def subsampled_penalty(
     epsilon, delta : float
         Budget of the whole run (all chains, warm-up included), replace-one
         neighbours.
-    batch_size : int
+    batch_size : int, optional
         ``b``, ``2 <= b <= n``: rows drawn without replacement per iteration.
     iterations : int, optional
         Post-warm-up draws per chain.
@@ -208,10 +209,13 @@ def subsampled_penalty(
         Noise multiplier ``z``.  As in :func:`stan_dp.penalty`: ``iterations``
         only calibrates ``z``; ``noise`` only runs the most iterations that
         fit; both must fit; neither means 2000 iterations.
-    clip : float
+    clip : float, optional
         ``L``: per-row ratios are clipped to ``±L ||theta' - theta||``.
-    step_size : float or array (dim,)
+    step_size : float or array (dim,), optional
         Proposal scale(s), unconstrained space.
+        Leave out all of the hand-set knobs (``batch_size``, ``step_size``, ``clip``)
+        and the run goes through :func:`stan_dp.sample`'s private adaptation
+        (half the budget), which sets them from public facts.
     proposal : {"gaussian", "component", "guided"}
         See :func:`stan_dp.penalty`.
     temperature : float
@@ -246,6 +250,13 @@ def subsampled_penalty(
     stan_dp.accounting.PrivacyBudgetError
         If the run does not fit the budget — before any data is touched.
     """
+    if batch_size is None or clip is None or step_size is None:
+        return _automatic("subsampled_penalty", model, epsilon=epsilon, delta=delta,
+                          iterations=iterations, chains=chains, warmup=warmup, init=init, seed=seed,
+                          relation=relation, progress=progress, given=locals(),
+                          knobs=("batch_size", "clip", "step_size"),
+                          free={"noise": None, "proposal": "gaussian", "temperature": 1.0, "n0": None,
+                                "release_nonprivate": ()})
     check_row_density(model)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
