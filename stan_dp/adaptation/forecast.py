@@ -87,8 +87,9 @@ class Forecast(NamedTuple):
     expected_error: float
     """``kappa * floor / sqrt(share)``: the per-coordinate sd of the private mode."""
     worst_error: float
-    """Expected largest of ``dim`` coordinate errors (``~ expected_error * q``, q the
-    ``1 - 1/(2 dim)`` normal quantile, at least 1)."""
+    """Typical largest of ``dim`` coordinate errors: ``expected_error * q`` with ``q`` the
+    ``1 - 1 / (4 dim)`` normal quantile (the median of the largest of ``dim`` ``|N(0, 1)|``
+    is about that), at least 1."""
 
 
 def forecast(n_rows: int, dim: int, epsilon: float, delta: float, *, relation: str = "replace_one",
