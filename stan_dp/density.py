@@ -23,6 +23,7 @@ __all__ = [
     "ExpFamilyDensity",
     "check_row_density",
     "check_expfamily_density",
+    "prior_gradient",
 ]
 
 
@@ -164,3 +165,23 @@ def check_expfamily_density(model: object) -> None:
         If an attribute or method is missing or malformed.
     """
     _check_common(model, "ExpFamilyDensity", _EXP_METHODS, ("n_rows", "dim", "stat_dim"))
+
+
+def prior_gradient(density: object, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """Log prior and its gradient (the model's ``log_prior_grad`` or central differences).
+
+    The prior is data-independent, so neither path touches the data.
+    """
+    fn = getattr(density, "log_prior_grad", None)
+    if callable(fn):
+        value, grad = fn(theta)
+        return float(value), np.asarray(grad, dtype=float)
+    value = float(density.log_prior(theta))
+    grad = np.empty(theta.size)
+    for k in range(theta.size):
+        h = 1e-6 * max(1.0, abs(theta[k]))
+        up, down = theta.copy(), theta.copy()
+        up[k] += h
+        down[k] -= h
+        grad[k] = (float(density.log_prior(up)) - float(density.log_prior(down))) / (2 * h)
+    return value, grad

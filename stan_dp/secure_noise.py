@@ -246,6 +246,20 @@ def laplace_grid_scale(epsilon: float, sensitivity: float, dim: int, e: int) -> 
     return (Fraction(float(sensitivity)) / gamma + int(dim)) / Fraction(float(epsilon))
 
 
+def _add_on_grid(values: np.ndarray, exponent: int, draw: Any) -> np.ndarray:
+    """Round each finite value to the grid ``2**exponent`` and add one integer draw of ``draw()``.
+
+    The arithmetic on the grid is exact (integers); the result is converted
+    back by one correctly rounded division.  Non-finite values pass through
+    (the clipped quantities released here are always finite).
+    """
+    flat = values.reshape(-1)
+    out = np.empty(flat.shape)
+    for i, x in enumerate(flat.tolist()):
+        out[i] = x if not math.isfinite(x) else _from_grid(_round_to_grid(x, exponent) + draw(), exponent)
+    return out.reshape(values.shape)
+
+
 class SecureNoise:
     """The noise stream of a publishable (``seed=None``) run.
 
@@ -362,14 +376,8 @@ class SecureNoise:
         if sigma < Fraction(2) ** self.bits:
             raise ValueError(f"grid 2**{e} is too coarse for noise sd {sd!r} (need <= sd * 2**-{self.bits})")
         sigma2 = sigma * sigma
-        flat = v.reshape(-1)
-        out = np.empty(flat.shape)
-        for i, x in enumerate(flat.tolist()):
-            if not math.isfinite(x):
-                out[i] = x
-                continue
-            out[i] = _from_grid(_round_to_grid(x, e) + self.discrete_gaussian(sigma2), e)
-        return float(out[0]) if scalar else out.reshape(v.shape)
+        out = _add_on_grid(v, e, lambda: self.discrete_gaussian(sigma2))
+        return float(out.reshape(-1)[0]) if scalar else out
 
     def laplace_release(self, value: Any, epsilon: float, sensitivity: float) -> np.ndarray:
         """Exactly ε-DP Laplace release on the grid ``2**e``, ``e`` from the scale ``Δ/ε``.
@@ -380,11 +388,4 @@ class SecureNoise:
         v = np.asarray(value, dtype=float)
         e = default_grid_exponent(float(sensitivity) / float(epsilon), self.bits)
         scale = laplace_grid_scale(epsilon, sensitivity, v.size, e)
-        flat = v.reshape(-1)
-        out = np.empty(flat.shape)
-        for i, x in enumerate(flat.tolist()):
-            if not math.isfinite(x):
-                out[i] = x
-                continue
-            out[i] = _from_grid(_round_to_grid(x, e) + self.discrete_laplace(scale), e)
-        return out.reshape(v.shape)
+        return _add_on_grid(v, e, lambda: self.discrete_laplace(scale))

@@ -14,6 +14,7 @@ import pytest
 import stan_dp
 from stan_dp.accounting import Budget, PrivacyBudgetError, Release, gaussian_epsilon
 from stan_dp.accounting.bounds import zcdp_hmc_max_iterations
+from stan_dp.density import prior_gradient
 from stan_dp.samplers import hmc as H
 from test_penalty import CHAINS, check_moments
 
@@ -133,7 +134,7 @@ def test_noise_sds_are_multipliers_times_sensitivities(normal_mean):
 
 def test_prior_gradient_fallback_matches_analytic(normal_mean):
     theta = np.array([0.7])
-    _, fd = H._prior_grad(normal_mean, theta)
+    _, fd = prior_gradient(normal_mean, theta)
     np.testing.assert_allclose(fd, [-(0.7 - normal_mean.m0) / normal_mean.s0**2], rtol=1e-6)
 
 

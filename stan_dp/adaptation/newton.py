@@ -63,15 +63,17 @@ from stan_dp.accounting import Release
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum
+from stan_dp.density import prior_gradient
 
 __all__ = [
     "AdaptationSettings",
     "AdaptationResult",
-    "prior_gradient",
     "prior_neg_hessian",
     "private_mode",
     "noise_multipliers",
     "adaptation_releases",
+    "round_count",
+    "scale_tail",
 ]
 
 
@@ -213,26 +215,6 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     z = noise_multipliers(pld_mean, s)
     return [Release(z["scale"], s.quantile_rounds), Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
-
-
-def prior_gradient(density: Any, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """Log prior and its gradient (the model's ``log_prior_grad`` or central differences).
-
-    The prior is data-independent, so neither path touches the data.
-    """
-    fn = getattr(density, "log_prior_grad", None)
-    if callable(fn):
-        value, grad = fn(theta)
-        return float(value), np.asarray(grad, dtype=float)
-    value = float(density.log_prior(theta))
-    grad = np.empty(theta.size)
-    for k in range(theta.size):
-        h = 1e-6 * max(1.0, abs(theta[k]))
-        up, down = theta.copy(), theta.copy()
-        up[k] += h
-        down[k] -= h
-        grad[k] = (float(density.log_prior(up)) - float(density.log_prior(down))) / (2 * h)
-    return value, grad
 
 
 def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from stan_dp.density import prior_gradient
+
 __all__ = ["WhitenedDensity"]
 
 
@@ -53,8 +55,6 @@ class WhitenedDensity:
 
     def log_prior_grad(self, u: np.ndarray) -> tuple[float, np.ndarray]:
         """Log prior and its gradient in ``u``."""
-        from stan_dp.adaptation.newton import prior_gradient
-
         value, grad = prior_gradient(self._inner, self.theta(u))
         return value, self.frame.T @ grad
 

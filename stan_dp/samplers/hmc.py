@@ -66,7 +66,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from stan_dp.accounting import Release, sensitivity_factor
-from stan_dp.density import RowDensity, check_row_density
+from stan_dp.density import RowDensity, check_row_density, prior_gradient
 from stan_dp.inference import (
     SamplerSpec,
     initial_position,
@@ -273,27 +273,6 @@ class NoisyGradient(NamedTuple):
     n_clipped: int
 
 
-def _prior_grad(density: Any, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """Log prior and its gradient; central differences if the model has no ``log_prior_grad``.
-
-    The prior is data-independent, so the finite-difference fallback does not
-    touch the data.
-    """
-    fn = getattr(density, "log_prior_grad", None)
-    if callable(fn):
-        value, grad = fn(theta)
-        return float(value), np.asarray(grad, dtype=float)
-    value = float(density.log_prior(theta))
-    grad = np.empty(theta.size)
-    for k in range(theta.size):
-        h = 1e-6 * max(1.0, abs(theta[k]))
-        up, down = theta.copy(), theta.copy()
-        up[k] += h
-        down[k] -= h
-        grad[k] = (float(density.log_prior(up)) - float(density.log_prior(down))) / (2 * h)
-    return value, grad
-
-
 def make_noisy_gradient(
     density: RowDensity, *, grad_clip: float, grad_noise_sd: float, temperature: float = 1.0,
 ) -> Callable[[np.random.Generator, np.ndarray], NoisyGradient | None]:
@@ -307,7 +286,7 @@ def make_noisy_gradient(
     """
 
     def release(rng_noise: np.random.Generator, theta: np.ndarray) -> NoisyGradient | None:
-        log_prior, prior_grad = _prior_grad(density, theta)
+        log_prior, prior_grad = prior_gradient(density, theta)
         if not (np.isfinite(log_prior) and np.all(np.isfinite(prior_grad))):
             return None
         values, grads = density.row_log_lik_grad(theta)
