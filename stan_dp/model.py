@@ -53,6 +53,20 @@ _as_library = as_library
 """Former name of :func:`stan_dp.toolchain.as_library`, kept for old imports."""
 
 
+def _rejection_message(stan_message: str) -> str:
+    """Stan's data rejection, without the value or the position it quotes (they are data).
+
+    Stan says e.g. ``y[8] is -12345.7, but must be greater than or equal to 0``;
+    only the variable's name (part of the program) is kept.  The original
+    exception is not chained, so no traceback carries the value either.
+    """
+    match = re.search(r"([A-Za-z][A-Za-z0-9_]*)(\[[^\]]*\])?(\.[0-9]+)* is ", stan_message)
+    what = f"a value of the data variable {match.group(1)!r}" if match else "the data"
+    return (f"the model rejected the data: {what} violates a constraint or size declared in the "
+            "program's data block (the value and its position are not shown: they are data). "
+            "To see them, load the data with bridgestan.StanModel directly — NOT private.")
+
+
 class RowModel:
     """A compiled Stan model with its data, split into per-row log-likelihoods.
 
@@ -174,7 +188,7 @@ class RowModel:
                 str(self.library), data_json, seed=seed, warn=False
             )
         except RuntimeError as exc:
-            raise ValueError(f"the model rejected the data: {exc}") from exc
+            raise ValueError(_rejection_message(str(exc))) from None
         try:
             self._native = NativeRows(
                 self.bridge.stanlib, data_json, rows, row_vars, seed,

@@ -207,3 +207,19 @@ def test_overflowing_row_ratio_emits_no_warning_in_barker():
         idata = barker(_HugeRatio(x), epsilon=20.0, delta=1e-5, batch_size=200, iterations=30,
                        step_size=2.0, chains=2, init=np.array([0.9]), seed=2, progress=False)
     assert idata.posterior["mu"].shape == (2, 30)
+
+
+def test_data_rejection_names_the_variable_but_not_the_value_or_row(compiled, tmp_path):
+    """Stan quotes the offending value and index; the message keeps only the variable's name."""
+    from conftest import bundled
+
+    rng = np.random.default_rng(0)
+    y = rng.binomial(1, 0.5, size=20)
+    y[8] = -12345
+    data = {"N": 20, "D": 2, "X": rng.normal(size=(20, 2)), "y": y, "prior_scale": 2.5}
+    with pytest.raises(ValueError) as info:
+        RowModel(compiled(bundled("logistic_regression")), data)
+    text = str(info.value)
+    assert "'y'" in text and "rejected the data" in text
+    assert "12345" not in text and "[8]" not in text and "[9]" not in text
+    assert info.value.__cause__ is None and info.value.__suppress_context__
