@@ -190,10 +190,10 @@ def print_privacy_report(attrs) -> None:
 
 
 def _print_fit(fit) -> None:
-    import arviz as az
+    from stan_dp.report import stan_summary
 
     attrs = fit.posterior.attrs
-    table = az.summary(fit, kind="stats")
+    table = stan_summary(fit, kind="stats")   # Stan's 1-based names
     mixed = bool(attrs.get("mixed", True))
     if not mixed:
         # intervals of chains that did not mix are not credible intervals

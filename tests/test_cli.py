@@ -316,3 +316,12 @@ def test_reference_command_prints_stan_names(data_file, capsys):
                  "--chains", "1", "--draws", "50", "--warmup", "50", "--seed", "2"]) == 0
     out = capsys.readouterr().out
     assert "beta[1]" in out and "beta[3]" in out and "beta[0]" not in out
+
+
+def test_sample_prints_stan_names(tmp_path, data_file, capsys):
+    """The printed summary uses Stan's 1-based names, as compare and Stan do."""
+    argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
+            "--epsilon", "2", "--delta", "1e-5", "--seed", "5", "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "beta[1]" in out and "beta[3]" in out and "beta[0]" not in out
