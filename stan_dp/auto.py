@@ -458,8 +458,6 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     extra = {k: v for k, v in adapted.attrs.items() if k != "warnings"}
     extra.update({"warnings": "\n".join(messages), "adapted_frame": "private mode and covariance",
                   "seeded": seed is not None})
-    if relation == "add_remove":
-        extra["n_rows"] = ""
     for group in fit.groups():
         fit[group].attrs.update(netcdf_safe_attrs(extra))
     fit.attrs.update(netcdf_safe_attrs(extra))

@@ -320,3 +320,14 @@ def test_seed_samplers_without_knobs_go_through_the_adaptation(sampler):
         fn(densities.Untouchable(model), epsilon=2.0, delta=1e-5, step_size=0.1)
     with pytest.raises(ValueError, match="need"):             # options that need hand-set knobs
         fn(densities.Untouchable(model), epsilon=2.0, delta=1e-5, proposal="guided")
+
+
+def test_chain_after_adaptation_under_add_remove_publishes_no_row_count():
+    model = logistic(300, 4, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UtilityWarning)
+        fit = stan_dp.sample(model, epsilon=2.0, delta=1e-5, method="penalty", relation="add_remove",
+                             public_n=250, chains=2, iterations=10, warmup=2, seed=1, progress=False)
+    for attrs in (fit.attrs, fit.posterior.attrs, fit.sample_stats.attrs):
+        assert "n_rows" not in attrs
+        assert attrs["public_n"] == 250
