@@ -11,7 +11,9 @@ model and data with Stan's NUTS (``stan_dp.reference_fit``), and print
   reference mean (``Sigma`` the reference covariance in unconstrained space:
   computed here from the raw data, NOT private — a yardstick only);
 * the target ``max(3 floor, 0.5)`` and whether it is met;
-* the largest sd ratio, whether the run warned, its time.
+* the largest sd ratio, whether the run warned, its time;
+* the reference's largest R-hat (NUTS itself can struggle on unstandardised
+  predictors: a yardstick that did not converge is no yardstick).
 
 Usage: ``python benchmarks/utility.py [--models logistic poisson] [--n 1000 10000 100000]
 [--epsilons 1 4] [--seeds 0 1 2] [--scalings std unstd]``.
@@ -25,6 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
+import arviz as az
 import numpy as np
 
 import stan_dp
@@ -84,7 +87,8 @@ def main(argv=None) -> None:
     (tmp / "poisson_regression.stan").write_text(POISSON)
     files = {"logistic": root / "stan_models" / "logistic_regression.stan",
              "poisson": tmp / "poisson_regression.stan"}
-    print("model     scaling n       eps seed  worst  median floor  target met  sd_ratio warned time_s")
+    print("model     scaling n       eps seed  worst  median floor  target met  sd_ratio warned time_s "
+          "ref_rhat")
     for name in args.models:
         for scaling in args.scalings:
             for n in args.n:
@@ -92,6 +96,9 @@ def main(argv=None) -> None:
                     data = simulate(name, n, seed, scaling == "unstd")
                     model = stan_dp.RowModel(files[name], data)
                     ref = stan_dp.reference_fit(files[name], data, seed=seed + 1)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        ref_rhat = float(max(float(v.max()) for v in az.rhat(ref).data_vars.values()))
                     for eps in args.epsilons:
                         t0 = time.perf_counter()
                         with warnings.catch_warnings(record=True) as caught:
@@ -112,7 +119,8 @@ def main(argv=None) -> None:
                         print(f"{name:9s} {scaling:7s} {n:<7d} {eps:<3g} {seed:<4d} {errs.max():6.2f} "
                               f"{np.median(errs):6.2f} {fl:6.3f} {target:6.2f} "
                               f"{'yes' if errs.max() <= target else 'NO':4s} "
-                              f"{np.concatenate(ratios).max():8.2f} {str(warned):6s} {elapsed:6.1f}",
+                              f"{np.concatenate(ratios).max():8.2f} {str(warned):6s} {elapsed:6.1f} "
+                              f"{ref_rhat:8.3f}",
                               flush=True)
 
 
