@@ -54,17 +54,25 @@ _as_library = as_library
 
 
 def _rejection_message(stan_message: str) -> str:
-    """Stan's data rejection, without the value or the position it quotes (they are data).
+    """Stan's data rejection, without the values, sizes or positions it quotes (they are data).
 
-    Stan says e.g. ``y[8] is -12345.7, but must be greater than or equal to 0``;
-    only the variable's name (part of the program) is kept.  The original
-    exception is not chained, so no traceback carries the value either.
+    Stan says e.g. ``y[8] is -12345.7, but must be greater than or equal to 0``
+    or ``mismatch in dimension declared and found in context; ...; variable
+    name=X; ...; dims found=(20,3)``; only the variable's name (part of the
+    program) and a kind of problem that quotes no number are kept.  The
+    original exception is not chained, so no traceback carries them either.
     """
-    match = re.search(r"([A-Za-z][A-Za-z0-9_]*)(\[[^\]]*\])?(\.[0-9]+)* is ", stan_message)
-    what = f"a value of the data variable {match.group(1)!r}" if match else "the data"
-    return (f"the model rejected the data: {what} violates a constraint or size declared in the "
-            "program's data block (the value and its position are not shown: they are data). "
-            "To see them, load the data with bridgestan.StanModel directly — NOT private.")
+    named = re.search(r"variable name=([A-Za-z][A-Za-z0-9_]*)", stan_message)
+    quoted = re.search(r"([A-Za-z][A-Za-z0-9_]*)(\[[^\]]*\])?(\.[0-9]+)* is ", stan_message)
+    name = named.group(1) if named else quoted.group(1) if quoted else None
+    text = stan_message.split(":", 1)[-1] if stan_message.startswith("Exception") else stan_message
+    first = text.split(";")[0].strip()
+    problem = first if first and not re.search(r"[0-9]", first) and " is " not in first else (
+        "a value violates a declared constraint")
+    where = f"; variable name={name}" if name else ""
+    return (f"the model rejected the data ({problem}{where}); the values, sizes and positions "
+            "are not shown: they are data. To see them, load the data with "
+            "bridgestan.StanModel directly — NOT private.")
 
 
 class RowModel:

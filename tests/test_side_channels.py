@@ -220,6 +220,23 @@ def test_data_rejection_names_the_variable_but_not_the_value_or_row(compiled, tm
     with pytest.raises(ValueError) as info:
         RowModel(compiled(bundled("logistic_regression")), data)
     text = str(info.value)
-    assert "'y'" in text and "rejected the data" in text
+    assert "variable name=y" in text and "rejected the data" in text
     assert "12345" not in text and "[8]" not in text and "[9]" not in text
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@pytest.mark.parametrize("stan_message, kept, dropped", [
+    ("Exception: m_namespace::m: y[8] is -12345.7, but must be greater than or equal to 0.000000 "
+     "(in 'm.stan', line 4, column 2 to column 28)", ["variable name=y"], ["12345", "[8]", "line 4"]),
+    ("mismatch in dimension declared and found in context; processing stage=data initialization; "
+     "variable name=X; position=0; dims declared=(20,2); dims found=(20,3)",
+     ["mismatch in dimension", "variable name=X"], ["20", "(20,3)"]),
+    ("variable does not exist; processing stage=data initialization; variable name=X; base type=matrix",
+     ["variable does not exist", "variable name=X"], []),
+])
+def test_rejection_message_keeps_the_name_and_kind_only(stan_message, kept, dropped):
+    from stan_dp.model import _rejection_message
+
+    text = _rejection_message(stan_message)
+    assert all(k in text for k in kept), text
+    assert not any(d in text for d in dropped), text
