@@ -317,38 +317,32 @@ def _penalty_draw(relation: str, *, z: float = Z, clip_removed: bool = False) ->
     return draw
 
 
-def _subsampled_draw(n: int, b: int, *, z: float = Z) -> Draw:
+def _minibatch_draw(module: Any, n: int, build: Any) -> Draw:
+    """Releases of one minibatch kernel (``build(density, proposal)``) on worst-case neighbours."""
     pair = _worst_rows("replace_one", n - 1)
     prop = _fixed_proposal()
 
     def draw(which: int, count: int, noise: Any) -> np.ndarray:
         density = _NormalRows(pair[which])
-        kernel = _subsampled.build_kernel(density, prop, batch_size=b, clip=CLIP, noise_multiplier=z)
-        state = _subsampled.mb.init(density, np.zeros(1))
+        kernel = build(density, prop)
+        state = module.mb.init(density, np.zeros(1))
         rp = np.random.default_rng(0)
-        with _recording(_subsampled) as rec:
+        with _recording(module) as rec:
             for _ in range(count):
                 kernel(rp, noise, state)
         return np.array([float(out) for out, _ in rec])
 
     return draw
+
+
+def _subsampled_draw(n: int, b: int, *, z: float = Z) -> Draw:
+    return _minibatch_draw(_subsampled, n, lambda density, prop: _subsampled.build_kernel(
+        density, prop, batch_size=b, clip=CLIP, noise_multiplier=z))
 
 
 def _barker_draw(n: int, b: int) -> Draw:
-    pair = _worst_rows("replace_one", n - 1)
-    prop = _fixed_proposal()
-
-    def draw(which: int, count: int, noise: Any) -> np.ndarray:
-        density = _NormalRows(pair[which])
-        kernel = _barker.build_kernel(density, prop, batch_size=b)
-        state = _barker.mb.init(density, np.zeros(1))
-        rp = np.random.default_rng(0)
-        with _recording(_barker) as rec:
-            for _ in range(count):
-                kernel(rp, noise, state)
-        return np.array([float(out) for out, _ in rec])
-
-    return draw
+    return _minibatch_draw(_barker, n, lambda density, prop: _barker.build_kernel(
+        density, prop, batch_size=b))
 
 
 def _hmc_gradient_draw(relation: str, *, z: float = Z, clip_removed: bool = False) -> Draw:
