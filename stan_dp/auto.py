@@ -36,11 +36,10 @@ import warnings
 from typing import Any, Mapping, NamedTuple
 
 import numpy as np
-from scipy import stats
 
 from stan_dp.accounting import Budget, Release, gaussian_epsilon, validate_privacy_params
 from stan_dp.accounting.validation import check_relation
-from stan_dp.adaptation.forecast import Forecast, forecast, pld_mean_budget, whitened_grad_scale
+from stan_dp.adaptation.forecast import forecast, pld_mean_budget, whitened_grad_scale, worst_of
 from stan_dp.adaptation.newton import (
     AdaptationResult,
     AdaptationSettings,
@@ -74,10 +73,6 @@ NOISE_LIMIT = 0.5
 """Released noise of the private mode, as the expected worst of its ``dim`` coordinates
 (posterior sds), above which a result warns."""
 
-
-def worst_of(dim: int) -> float:
-    """``q`` with ``max_k |N(0, 1)|`` over ``dim`` coordinates below ``q`` about half the time."""
-    return max(1.0, float(stats.norm.ppf(1.0 - 0.25 / dim)))
 
 
 def _as_model(model: Any, data: Any) -> Any:
@@ -199,9 +194,8 @@ def _fitting_pld_mean(epsilon: float, delta: float, settings: AdaptationSettings
 class _Adapted(NamedTuple):
     result: AdaptationResult
     attrs: dict[str, Any]
+    """Adaptation attributes; ``"warnings"`` holds what it already raised."""
     releases: list[Release]
-    forecast: Forecast
-    n_public: int
     draw_seed: Any
 
 
@@ -275,7 +269,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "public_n": n_public if relation == "add_remove" else "",
         "stan_dp_version": __version__,
     })
-    return _Adapted(result, attrs, releases, fc, n_public, draw_seed)
+    return _Adapted(result, attrs, releases, draw_seed)
 
 
 def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
@@ -437,9 +431,7 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     adapted = _adapt(model, epsilon=epsilon, delta=delta, share=adaptation_share, seed=seed,
                      relation=relation, public_n=public_n, start=start, settings=settings)
     result = adapted.result
-    lam, q = np.linalg.eigh(0.5 * (result.covariance + result.covariance.T))
-    frame = (q * np.sqrt(np.maximum(lam, 1e-300))) @ q.T
-    whitened = WhitenedDensity(model, result.mode, frame)
+    whitened = WhitenedDensity(model, result.mode, result.frame)   # frame frame' = covariance
     # overdispersed, data-independent starts around the released mode
     rng = np.random.Generator(np.random.PCG64(None if seed is None else adapted.draw_seed))
     kwargs["init"] = rng.standard_normal((chains, d))
@@ -451,10 +443,11 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     for w in caught:
         if not issubclass(w.category, UtilityWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    messages = [m for m in adapted.attrs["warnings"].split("\n") if m]
-    messages += [m for m in str(attrs.get("warnings", "")).split("\n") if m]
-    for message in messages:
+    # the adaptation raised its own warnings; the sampler's were held back above
+    sampler_messages = [m for m in str(attrs.get("warnings", "")).split("\n") if m]
+    for message in sampler_messages:
         warnings.warn(message, UtilityWarning, stacklevel=3)
+    messages = [m for m in adapted.attrs["warnings"].split("\n") if m] + sampler_messages
     extra = {k: v for k, v in adapted.attrs.items() if k != "warnings"}
     extra.update({"warnings": "\n".join(messages), "adapted_frame": "private mode and covariance",
                   "seeded": seed is not None})

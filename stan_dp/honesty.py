@@ -71,7 +71,7 @@ def chain_diagnostics(draws: Mapping[str, np.ndarray], acceptance: np.ndarray | 
                     continue
                 rhats.append(float(az.rhat(comp)) if chains > 1 else np.nan)
                 esss.append(float(az.ess(comp, method="bulk")))
-            rhat = float(np.nanmax(rhats)) if np.any(np.isfinite(rhats)) or np.any(np.isinf(rhats)) else float("nan")
+            rhat = float("nan") if np.all(np.isnan(rhats)) else float(np.nanmax(rhats))
             ess = float(np.nanmin(esss))
     acc = [] if acceptance is None else [float(a) for a in np.nanmean(np.asarray(acceptance, dtype=float), axis=1)]
     return {"max_rhat": rhat, "min_ess_bulk": ess, "acceptance": acc, "stuck_chains": stuck,
@@ -91,11 +91,11 @@ def mixing_warnings(diag: Mapping[str, Any]) -> list[str]:
     if acc and max(acc) < 0.01 and not stuck:
         out.append(f"acceptance below 1% in every chain (max {max(acc):.3g}): the chains barely moved.")
     rhat = diag.get("max_rhat", float("nan"))
-    if np.isfinite(rhat) and rhat > RHAT_LIMIT or np.isinf(rhat):
+    if rhat > RHAT_LIMIT:   # inf (a constant component) included, nan (one chain) not
         out.append(f"the chains disagree (max R-hat {rhat:.3g} > {RHAT_LIMIT}): the draws are not a "
                    "sample from one posterior; their intervals are not credible intervals.")
     ess = diag.get("min_ess_bulk", float("nan"))
-    if np.isfinite(ess) and ess < MIN_BULK_ESS * max(1, diag.get("chains", 1)) and not stuck:
+    if ess < MIN_BULK_ESS * max(1, diag.get("chains", 1)) and not stuck:   # nan: not judged
         out.append(f"bulk ESS is only {ess:.3g}: too few effective draws for means or intervals.")
     return out
 

@@ -331,3 +331,15 @@ def test_chain_after_adaptation_under_add_remove_publishes_no_row_count():
     for attrs in (fit.attrs, fit.posterior.attrs, fit.sample_stats.attrs):
         assert "n_rows" not in attrs
         assert attrs["public_n"] == 250
+
+
+def test_chain_after_adaptation_raises_each_warning_once():
+    model = logistic(500, 5, False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, method="penalty", chains=2,
+                             iterations=20, warmup=2, seed=2, progress=False)
+    raised = [str(w.message) for w in caught if issubclass(w.category, UtilityWarning)]
+    assert sum("forecast" in m for m in raised) == 1            # the adaptation's, once
+    assert len(raised) == len(set(raised))
+    assert set(fit.attrs["warnings"].split("\n")) == set(raised)   # and all of them recorded
