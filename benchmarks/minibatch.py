@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import stan_dp  # noqa: E402
+from stan_dp.aggregates import queries  # noqa: E402
 from stan_dp.accounting import Budget, Release, barker_step_rdp, curve_epsilon  # noqa: E402
 from stan_dp.samplers import barker, minibatch, subsampled  # noqa: E402
 from stan_dp.samplers.barker_correction import (  # noqa: E402
@@ -100,12 +101,13 @@ def time_kernel(kernel, model, iterations: int) -> float:
 
 
 def time_batch_access(model, iterations: int) -> float:
-    """Seconds per iteration of the data access alone: draw a batch, two row calls on it."""
+    """Seconds per iteration of the data access alone: draw a batch, its clipped ratio sums."""
     rng = np.random.default_rng(2)
     a, b = np.array([0.5, 1.0]), np.array([0.51, 1.0])
+    q = queries(model)
     t0 = time.perf_counter()
     for _ in range(iterations):
-        minibatch.batch_log_ratios(model, a, b, minibatch.draw_batch(rng, model.n_rows, BATCH))
+        q.clipped_ratio_sums(b, a, 1.0, rows=minibatch.draw_batch(rng, model.n_rows, BATCH))
     return (time.perf_counter() - t0) / iterations
 
 

@@ -31,9 +31,12 @@ the latest evaluation: :class:`PointCache`), so that the penalty chain costs
 one evaluation of the rows per iteration, as with the per-row state it used
 to keep, and DP HMC's ratio test reuses the values of its last gradient.
 
-Nothing here adds noise: the caller releases the sums through
-:func:`stan_dp.mechanisms.gaussian_release`, except for a density that adds
-its owners' noise itself (multi-owner, :func:`release_ratio_sums`).
+Nothing here adds noise: the sampler releases the sums through
+:func:`stan_dp.mechanisms.gaussian_release`.  A density whose owners add
+their own noise (``owner_noise = True``, the multi-owner sharded model of
+seed 000's Algorithm 2) refuses these queries and offers only
+``release_owner_ratio_sums(rng_noise, theta_new, theta_old, bound, sd, *,
+temperature)``, the owners' noised sums: un-noised sums never leave an owner.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from stan_dp.mechanisms import clamp_rows_l2, clip_log_ratios, gaussian_release
+from stan_dp.mechanisms import clamp_rows_l2, clip_log_ratios
 from stan_dp.row_ratios import log_ratios
 
 __all__ = [
@@ -53,7 +56,6 @@ __all__ = [
     "RatioSums",
     "RowStatistic",
     "queries",
-    "release_ratio_sums",
     "ratio_sums_from_values",
     "grad_sum_from_rows",
 ]
@@ -127,8 +129,9 @@ class AggregateDensity(Protocol):
     Besides ``n_rows``, ``dim``, ``param_names``, ``log_prior`` and
     ``constrain`` (as :class:`~stan_dp.density.RowDensity`), it answers the
     queries below.  ``rows`` are row indices (a minibatch) or ``None`` for
-    all rows; ``groups`` gives each row's group (owner) index in
-    ``range(n_groups)``, or ``None`` for one group.
+    all rows; ``groups`` gives each data row's group (owner) index in
+    ``range(n_groups)`` (one entry per row of the data, whatever ``rows``),
+    or ``None`` for one group.
     """
 
     n_rows: int
@@ -259,27 +262,32 @@ class PerRowQueries:
             raise AttributeError(name)
         return getattr(self.density, name)
 
-    def _values(self, theta: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    def _values(self, theta: np.ndarray, rows: np.ndarray | None) -> tuple[np.ndarray, bool]:
+        """Per-row values at ``theta`` (the query's rows) and whether they were evaluated now."""
         cached = self._cache.get(theta)
         if cached is not None:
-            return cached if rows is None else cached[rows]
+            return (cached if rows is None else cached[rows]), False
         values = np.asarray(self.density.row_log_lik(theta, rows=rows) if rows is not None
                             else self.density.row_log_lik(theta), dtype=float)
-        if rows is None:
-            self._cache.put(theta, values)
-        return values
+        return values, True
 
     def clipped_ratio_sums(self, theta_new: np.ndarray, theta_old: np.ndarray, bound: float, *,
                            pre_scale: float = 1.0, post_scale: float = 1.0,
                            rows: np.ndarray | None = None, groups: np.ndarray | None = None,
                            n_groups: int = 1) -> RatioSums:
-        new = self._values(theta_new, rows)
-        old = self._values(theta_old, rows)
+        new, new_fresh = self._values(theta_new, rows)
+        old, old_fresh = self._values(theta_old, rows)
         if rows is None:
             self._cache.pin(theta_new, theta_old)
+            if new_fresh:
+                self._cache.put(theta_new, new)
+            if old_fresh:
+                self._cache.put(theta_old, old)
+        if groups is not None:
+            groups = np.asarray(groups)
+            groups = groups if rows is None else groups[rows]
         return ratio_sums_from_values(new, old, bound, pre_scale=pre_scale, post_scale=post_scale,
-                                      groups=None if groups is None else groups,
-                                      n_groups=n_groups)
+                                      groups=groups, n_groups=n_groups)
 
     def clipped_grad_sum(self, theta: np.ndarray, bound: float, *, rows: np.ndarray | None = None,
                          frame: np.ndarray | None = None) -> GradSum:
@@ -318,30 +326,3 @@ def queries(density: Any) -> Any:
            ("clipped_ratio_sums", "clipped_grad_sum", "row_statistic", "reduce")):
         return density
     return PerRowQueries(density)
-
-
-def release_ratio_sums(q: Any, rng_noise: Any, theta_new: np.ndarray, theta_old: np.ndarray,
-                       bound: float, sd: float, *, temperature: float = 1.0,
-                       groups: np.ndarray | None = None, n_groups: int = 1) -> tuple[np.ndarray, int]:
-    """Release ``temperature * Σ_group x_j + N(0, sd²)`` per group (the penalty family's release).
-
-    A density whose owners add their own noise (``owner_noise = True``, the
-    multi-owner sharded model, seed 000's Algorithm 2) is asked for the
-    released values directly (its method ``release_owner_ratio_sums``): the
-    sums never reach this process un-noised.  Otherwise the sums are
-    computed by :meth:`AggregateDensity.clipped_ratio_sums` and released here,
-    once, by :func:`~stan_dp.mechanisms.gaussian_release`.
-
-    Returns
-    -------
-    released : ndarray, shape (n_groups,)
-    n_clipped : int
-        NOT private; 0 when the owners release (they report no count).
-    """
-    if getattr(q, "owner_noise", False):
-        return np.asarray(q.release_owner_ratio_sums(rng_noise, theta_new, theta_old, bound, sd,
-                                                     temperature=temperature), dtype=float), 0
-    sums = q.clipped_ratio_sums(theta_new, theta_old, bound, groups=groups, n_groups=n_groups)
-    with np.errstate(all="ignore"):
-        values = temperature * sums.totals
-    return np.atleast_1d(np.asarray(gaussian_release(rng_noise, values, sd), dtype=float)), sums.n_clipped

@@ -140,6 +140,11 @@ def _check_common(model: object, kind: str, methods: tuple[str, ...], ints: tupl
 def check_row_density(model: object, *, gradients: bool = False) -> None:
     """Check that ``model`` satisfies :class:`RowDensity` without touching data.
 
+    A density that answers the aggregate queries of :mod:`stan_dp.aggregates`
+    (rows held in C++ or on other machines) needs no per-row method; one whose
+    owners add the noise (``owner_noise``) needs ``release_owner_ratio_sums``
+    and cannot serve gradient-based samplers.
+
     Parameters
     ----------
     model : object
@@ -152,8 +157,21 @@ def check_row_density(model: object, *, gradients: bool = False) -> None:
     TypeError
         If an attribute or method is missing or malformed.
     """
+    if _has_queries(model, gradients):
+        # Rows held elsewhere (stan_dp.aggregates): the clipped-sum queries
+        # stand in for the per-row methods.
+        _check_common(model, "RowDensity", ("log_prior", "constrain"), ("n_rows", "dim"))
+        return
     methods = _ROW_METHODS + (("row_log_lik_grad",) if gradients else ())
     _check_common(model, "RowDensity", methods, ("n_rows", "dim"))
+
+
+def _has_queries(model: object, gradients: bool) -> bool:
+    """Whether ``model`` answers the aggregate queries of :mod:`stan_dp.aggregates`."""
+    if getattr(model, "owner_noise", False):
+        return not gradients and callable(getattr(model, "release_owner_ratio_sums", None))
+    need = ("clipped_ratio_sums", "row_statistic", "reduce") + (("clipped_grad_sum",) if gradients else ())
+    return all(callable(getattr(model, m, None)) for m in need)
 
 
 def check_expfamily_density(model: object) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stan_dp.aggregates import GradSum, RatioSums, RowStatistic, local_reduce, local_statistic
 from stan_dp.data import check_row_count, load_data
 from stan_dp.native.rows import NativeRows
 from stan_dp.params import ParamLayout
@@ -403,6 +404,63 @@ class RowModel:
         values, grads = self._native.row_log_lik(self._theta(theta), self._rows(rows), True)
         assert grads is not None
         return values, grads
+
+    # -------------------------------------------- aggregate queries --
+    # stan_dp.aggregates.AggregateDensity: clip-and-sum in C++, no per-row
+    # vector crosses into Python.
+    def clipped_ratio_sums(self, theta_new: Any, theta_old: Any, bound: float, *,
+                           pre_scale: float = 1.0, post_scale: float = 1.0, rows: Any = None,
+                           groups: Any = None, n_groups: int = 1) -> RatioSums:
+        """Sums of ``post * clip(pre * (l_j(θ') − l_j(θ)), ±bound)`` (see :mod:`stan_dp.aggregates`).
+
+        Parameters
+        ----------
+        theta_new, theta_old : array_like, shape (dim,)
+        bound : float
+            Clip bound (``>= 0``; ``inf`` for no clipping).
+        pre_scale, post_scale : float
+            Factors before and after the clip (tempering).
+        rows : array_like of int, optional
+            Row indices (a minibatch); all rows by default.
+        groups : array_like of int, optional
+            Each data row's group (owner) in ``range(n_groups)``; one group by default.
+        n_groups : int
+            Number of groups.
+        """
+        if not float(bound) >= 0.0:
+            raise ValueError(f"bound must be >= 0, got {bound!r}")
+        n_groups = int(n_groups)
+        grp = None
+        if groups is not None:
+            grp = np.ascontiguousarray(groups, dtype=np.int32)
+            if grp.shape != (self.n_rows,):
+                raise ValueError("groups must give one group index per data row")
+        totals, count, m2, n_clipped = self._native.clipped_ratio_sums(
+            self._theta(theta_new), self._theta(theta_old), float(bound), float(pre_scale),
+            float(post_scale), self._rows(rows), grp, n_groups)
+        return RatioSums(totals, count, m2, n_clipped)
+
+    def clipped_grad_sum(self, theta: Any, bound: float, *, rows: Any = None,
+                         frame: Any = None) -> GradSum:
+        """Sum of per-row gradients (``frameᵀ g_j``) projected on the l2 ball of radius ``bound``."""
+        if not float(bound) >= 0.0:
+            raise ValueError(f"bound must be >= 0, got {bound!r}")
+        a = None
+        if frame is not None:
+            a = np.ascontiguousarray(frame, dtype=np.float64)
+            if a.ndim != 2 or a.shape[0] != self.dim or a.shape[1] < 1:
+                raise ValueError(f"frame must have shape ({self.dim}, k)")
+        total, n_clipped = self._native.clipped_grad_sum(self._theta(theta), float(bound), a,
+                                                         self._rows(rows))
+        return GradSum(total, n_clipped)
+
+    def row_statistic(self, fn: Any, *args: Any) -> RowStatistic:
+        """A per-row array ``fn(self, *args)`` kept in this process (see :mod:`stan_dp.aggregates`)."""
+        return local_statistic(self, fn, *args)
+
+    def reduce(self, stat: RowStatistic, fn: Any, *args: Any) -> np.ndarray:
+        """``fn(array, *args)`` of a statistic from :meth:`row_statistic` (additive over rows)."""
+        return local_reduce(stat, fn, *args)
 
     # ----------------------------------------------------- transforms --
     def constrain(self, theta: Any) -> dict[str, np.ndarray]:

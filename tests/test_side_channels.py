@@ -88,7 +88,7 @@ def test_row_impossible_at_both_points_emits_no_warning(impossible_row_model, sa
 
     Before the fix the penalty kernel warned "invalid value encountered in
     subtract" exactly when such a row existed.  (The subsampled kernel already
-    silenced that case through ``minibatch.batch_log_ratios``; it is kept here
+    silenced that case through its own silent ratio computation, now the aggregate query; it is kept here
     as a guard, and the overflow test below fails for it on the old code.)
     """
     model = impossible_row_model

@@ -629,6 +629,15 @@ struct sdp_rows {
   /// Bytes of a row's own data allocations that lie just below its instance
   /// (see touch_rows).
   std::ptrdiff_t prefetch_before = 0;
+  /// Per-row log-likelihoods at a few points, for the aggregate queries
+  /// (see point_cache); guarded by `query_mutex` with the queries.
+  struct cached_point {
+    std::vector<double> theta;
+    std::vector<double> values;
+  };
+  std::vector<cached_point> cache;
+  std::vector<double> pair_new, pair_old, latest;
+  std::mutex query_mutex;
 };
 
 namespace {
@@ -997,6 +1006,335 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
     set_error(error_msg, e.what());
   } catch (...) {
     set_error(error_msg, "unknown error in sdp_row_log_lik");
+  }
+  return -1;
+}
+
+}  // extern "C"
+
+// ============================================== aggregate queries ===
+//
+// Clipped sums computed next to the rows (stan_dp/aggregates.py): no
+// per-row vector crosses into Python.  Rows are processed in blocks of a
+// fixed size, each block summed in order by one thread, and the block
+// results merged in block order: the results do not depend on the number
+// of threads (bit for bit).  They differ from NumPy's pairwise sums of the
+// same values only by rounding.
+
+namespace {
+
+constexpr long long value_block = 1024;  // rows per block, value queries
+constexpr long long grad_block = 256;    // rows per block, gradient queries
+
+bool same_point(const std::vector<double>& a, const double* b, int d) {
+  return static_cast<int>(a.size()) == d
+         && std::memcmp(a.data(), b, sizeof(double) * static_cast<size_t>(d)) == 0;
+}
+
+/// The cached per-row values at theta, or null.
+const std::vector<double>* cached_values(const sdp_rows& r, const double* theta) {
+  for (const auto& c : r.cache)
+    if (same_point(c.theta, theta, r.dim)) return &c.values;
+  return nullptr;
+}
+
+/// Keep the last ratio query's two points and the latest other evaluation
+/// (as stan_dp.aggregates.PointCache does).
+void trim_cache(sdp_rows& r) {
+  std::vector<sdp_rows::cached_point> kept;
+  for (auto& c : r.cache)
+    if (c.theta == r.pair_new || c.theta == r.pair_old || c.theta == r.latest)
+      kept.push_back(std::move(c));
+  r.cache.swap(kept);
+}
+
+void cache_put(sdp_rows& r, const double* theta, std::vector<double>&& values) {
+  std::vector<double> t(theta, theta + r.dim);
+  if (cached_values(r, theta) == nullptr) r.cache.push_back({t, std::move(values)});
+  if (t != r.pair_new && t != r.pair_old) r.latest = t;
+  trim_cache(r);
+}
+
+/// The zero-row part at x (value, and gradient when g0 is not null).  A
+/// reject gives NaN (every row then NaN); anything else fails the call with
+/// a message free of data values.
+double zero_row_part(const sdp_rows& r, const Eigen::VectorXd& x, double* g0, const char* where) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  try {
+    return g0 == nullptr ? log_density_value<false, true>(*r.empty, x, outstream)
+                         : log_density_grad<false, true>(*r.empty, x, g0, outstream);
+  } catch (const std::domain_error&) {
+    if (g0 != nullptr) std::fill(g0, g0 + r.dim, nan);
+    return nan;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(withheld_message(where, exception_kind(e)));
+  } catch (...) {
+    throw std::runtime_error(withheld_message(where, "a non-standard exception"));
+  }
+}
+
+/// One row's value (and gradient into gk when not null), NaN when it throws.
+double row_value(const stan_model& model, const Eigen::VectorXd& x, double lp0,
+                 const double* g0, double* gk, int d) {
+  try {
+    if (gk == nullptr) return log_density_value<false, true>(model, x, nullptr) - lp0;
+    const double v = log_density_grad<false, true>(model, x, gk, nullptr) - lp0;
+    for (int j = 0; j < d; ++j) gk[j] -= g0[j];
+    return v;
+  } catch (...) {
+    if (gk != nullptr) std::fill(gk, gk + d, std::numeric_limits<double>::quiet_NaN());
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+/// Per-row values at theta for the query's rows (all rows when idx is null).
+std::vector<double> evaluate_values(const sdp_rows& r, const double* theta,
+                                    const long long* idx, long long m) {
+  ensure_autodiff_stack();
+  const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, r.dim);
+  const double lp0 = zero_row_part(r, x, nullptr, "a clipped-sum query");
+  std::vector<double> out(static_cast<size_t>(m));
+  r.arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<long long>(0, m, 256),
+        [&](const tbb::blocked_range<long long>& range) {
+          ensure_autodiff_stack();
+          for (long long k = range.begin(); k < range.end(); ++k) {
+            if (idx != nullptr && (k - range.begin()) % touch_block == 0)
+              touch_rows(r, idx, k, range.end());
+            out[k] = row_value(*r.rows[idx == nullptr ? k : idx[k]], x, lp0, nullptr, nullptr, r.dim);
+          }
+        },
+        tbb::simple_partitioner());
+  });
+  return out;
+}
+
+/// Scale-free l2 projection on the ball of radius bound, non-finite
+/// entries zeroed first (stan_dp.mechanisms.clamp_rows_l2).  Returns
+/// whether the row was changed.
+bool clamp_l2(double* g, int k, double bound) {
+  bool bad = false;
+  double big = 0.0;
+  for (int j = 0; j < k; ++j) {
+    if (!std::isfinite(g[j])) {
+      g[j] = 0.0;
+      bad = true;
+    }
+    big = std::max(big, std::abs(g[j]));
+  }
+  if (!(big > 0.0)) return bad;
+  double ss = 0.0;
+  for (int j = 0; j < k; ++j) {
+    const double u = g[j] / big;
+    ss += u * u;
+  }
+  const double u_norm = std::sqrt(ss);
+  if (!(u_norm > bound / big)) return bad;
+  const double factor = bound / u_norm;
+  for (int j = 0; j < k; ++j) g[j] = (g[j] / big) * factor;
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+int sdp_query_abi = 1;
+
+/// Clipped log-likelihood-ratio sums (stan_dp.aggregates.RatioSums).
+///
+/// x_j = post * clip(pre * (l_j(theta_new) - l_j(theta_old)), -bound, bound)
+/// with NaN (a failed row, or -inf at both points) mapped to -bound before
+/// the post factor.  `idx` (length m) selects rows, null for all rows (m =
+/// row count).  `groups` (length = row count, indexed by row) gives each
+/// row's group in [0, n_groups), or null for one group.  Writes the group
+/// totals (n_groups), the centred sum of squares over all query rows and the
+/// number of rows changed by clipping (not private).  Values at a point are
+/// cached when all rows are evaluated: the last query's two points and the
+/// latest gradient query's point are kept.
+int sdp_clipped_ratio_sums(sdp_rows* r, const double* theta_new, const double* theta_old,
+                           double bound, double pre, double post, const long long* idx,
+                           long long m, const int* groups, int n_groups, double* totals,
+                           double* m2_out, long long* n_clipped_out, char** error_msg) {
+  try {
+    std::lock_guard<std::mutex> lock(r->query_mutex);
+    const long long n = static_cast<long long>(r->rows.size());
+    if (idx == nullptr && m != n)
+      throw std::invalid_argument("without an index, m must equal the row count");
+    if (idx != nullptr)
+      for (long long k = 0; k < m; ++k)
+        if (idx[k] < 0 || idx[k] >= n) throw std::out_of_range("a row index is out of range");
+    if (n_groups < 1) throw std::invalid_argument("n_groups must be positive");
+    if (groups != nullptr)
+      for (long long i = 0; i < n; ++i)
+        if (groups[i] < 0 || groups[i] >= n_groups)
+          throw std::out_of_range("a group index is out of range");
+
+    // Values at both points: from the cache (all rows) or evaluated.
+    std::vector<double> fresh_new, fresh_old;
+    auto values_at = [&](const double* theta, std::vector<double>& fresh) -> const double* {
+      const std::vector<double>* c = cached_values(*r, theta);
+      if (c != nullptr) return c->data();  // all rows: index below
+      fresh = evaluate_values(*r, theta, idx, m);
+      return nullptr;
+    };
+    const double* c_new = values_at(theta_new, fresh_new);
+    const double* c_old = values_at(theta_old, fresh_old);
+    auto value = [&](const double* cached, const std::vector<double>& fresh, long long k) {
+      return cached != nullptr ? cached[idx == nullptr ? k : idx[k]] : fresh[k];
+    };
+
+    const long long blocks = (m + value_block - 1) / value_block;
+    std::vector<double> b_tot(static_cast<size_t>(std::max(1LL, blocks)) * n_groups, 0.0);
+    std::vector<double> b_sum(std::max(1LL, blocks), 0.0), b_m2(std::max(1LL, blocks), 0.0);
+    std::vector<long long> b_clip(std::max(1LL, blocks), 0);
+    r->arena->execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<long long>(0, blocks, 1),
+          [&](const tbb::blocked_range<long long>& range) {
+            std::vector<double> xs;
+            for (long long b = range.begin(); b < range.end(); ++b) {
+              const long long lo = b * value_block, hi = std::min(m, lo + value_block);
+              xs.resize(static_cast<size_t>(hi - lo));
+              double sum = 0.0;
+              long long clipped = 0;
+              for (long long k = lo; k < hi; ++k) {
+                double ratio = value(c_new, fresh_new, k) - value(c_old, fresh_old, k);
+                if (pre != 1.0) ratio *= pre;
+                double x;
+                if (std::isnan(ratio)) {
+                  x = -bound;
+                  ++clipped;
+                } else if (std::abs(ratio) > bound) {
+                  x = ratio > 0 ? bound : -bound;
+                  ++clipped;
+                } else {
+                  x = ratio;
+                }
+                if (post != 1.0) x *= post;
+                xs[k - lo] = x;
+                sum += x;
+                const long long row = idx == nullptr ? k : idx[k];
+                b_tot[b * n_groups + (groups == nullptr ? 0 : groups[row])] += x;
+              }
+              const double mean = sum / static_cast<double>(hi - lo);
+              double m2 = 0.0;
+              for (double x : xs) m2 += (x - mean) * (x - mean);
+              b_sum[b] = sum;
+              b_m2[b] = m2;
+              b_clip[b] = clipped;
+            }
+          },
+          tbb::simple_partitioner());
+    });
+    // Merge the blocks in order (Chan et al.'s parallel variance).
+    std::fill(totals, totals + n_groups, 0.0);
+    double count = 0.0, sum = 0.0, m2 = 0.0;
+    long long clipped = 0;
+    for (long long b = 0; b < blocks; ++b) {
+      for (int g = 0; g < n_groups; ++g) totals[g] += b_tot[b * n_groups + g];
+      const double c_b = static_cast<double>(std::min(m, (b + 1) * value_block) - b * value_block);
+      if (count > 0) {
+        const double delta = b_sum[b] / c_b - sum / count;
+        m2 += b_m2[b] + delta * delta * count * c_b / (count + c_b);
+      } else {
+        m2 = b_m2[b];
+      }
+      count += c_b;
+      sum += b_sum[b];
+      clipped += b_clip[b];
+    }
+    *m2_out = m2;
+    *n_clipped_out = clipped;
+
+    if (idx == nullptr) {
+      r->pair_new.assign(theta_new, theta_new + r->dim);
+      r->pair_old.assign(theta_old, theta_old + r->dim);
+      if (c_new == nullptr) cache_put(*r, theta_new, std::move(fresh_new));
+      if (c_old == nullptr) cache_put(*r, theta_old, std::move(fresh_old));
+      trim_cache(*r);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_clipped_ratio_sums");
+  }
+  return -1;
+}
+
+/// Sum of per-row gradients, each mapped by `frame` (row-major dim x k:
+/// g -> frame' g; null for the identity, k = dim), non-finite entries
+/// zeroed and projected on the l2 ball of radius `bound`.  Writes the sum
+/// (k) and the number of rows changed (not private).  With all rows, the
+/// per-row values at theta join the cache (DP HMC's ratio test reuses them).
+int sdp_clipped_grad_sum(sdp_rows* r, const double* theta, double bound, const double* frame,
+                         int k_out, const long long* idx, long long m, double* total,
+                         long long* n_clipped_out, char** error_msg) {
+  try {
+    std::lock_guard<std::mutex> lock(r->query_mutex);
+    ensure_autodiff_stack();
+    const int d = r->dim;
+    const long long n = static_cast<long long>(r->rows.size());
+    if (idx == nullptr && m != n)
+      throw std::invalid_argument("without an index, m must equal the row count");
+    if (idx != nullptr)
+      for (long long k = 0; k < m; ++k)
+        if (idx[k] < 0 || idx[k] >= n) throw std::out_of_range("a row index is out of range");
+    if (frame == nullptr && k_out != d) throw std::invalid_argument("k must equal dim without a frame");
+    if (k_out < 1) throw std::invalid_argument("k must be positive");
+    const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
+    std::vector<double> g0(d);
+    const double lp0 = zero_row_part(*r, x, g0.data(), "a clipped-sum query");
+    std::vector<double> values(static_cast<size_t>(m));
+    const long long blocks = (m + grad_block - 1) / grad_block;
+    std::vector<double> b_tot(static_cast<size_t>(std::max(1LL, blocks)) * k_out, 0.0);
+    std::vector<long long> b_clip(std::max(1LL, blocks), 0);
+    r->arena->execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<long long>(0, blocks, 1),
+          [&](const tbb::blocked_range<long long>& range) {
+            ensure_autodiff_stack();
+            std::vector<double> g(d), h(k_out);
+            for (long long b = range.begin(); b < range.end(); ++b) {
+              const long long lo = b * grad_block, hi = std::min(m, lo + grad_block);
+              double* acc = b_tot.data() + b * k_out;
+              long long clipped = 0;
+              for (long long k = lo; k < hi; ++k) {
+                if (idx != nullptr && (k - lo) % touch_block == 0) touch_rows(*r, idx, k, hi);
+                const stan_model& model = *r->rows[idx == nullptr ? k : idx[k]];
+                values[k] = row_value(model, x, lp0, g0.data(), g.data(), d);
+                double* row = g.data();
+                if (frame != nullptr) {
+                  for (int c = 0; c < k_out; ++c) {
+                    double s = 0.0;
+                    for (int j = 0; j < d; ++j) s += frame[j * k_out + c] * g[j];
+                    h[c] = s;
+                  }
+                  row = h.data();
+                }
+                if (clamp_l2(row, k_out, bound)) ++clipped;
+                for (int c = 0; c < k_out; ++c) acc[c] += row[c];
+              }
+              b_clip[b] = clipped;
+            }
+          },
+          tbb::simple_partitioner());
+    });
+    std::fill(total, total + k_out, 0.0);
+    long long clipped = 0;
+    for (long long b = 0; b < blocks; ++b) {
+      for (int c = 0; c < k_out; ++c) total[c] += b_tot[b * k_out + c];
+      clipped += b_clip[b];
+    }
+    *n_clipped_out = clipped;
+    if (idx == nullptr) cache_put(*r, theta, std::move(values));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown error in sdp_clipped_grad_sum");
   }
   return -1;
 }

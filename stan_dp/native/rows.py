@@ -31,6 +31,10 @@ class NativeError(RuntimeError):
 def _declare(lib: ctypes.CDLL) -> None:
     if getattr(lib, "_stan_dp_declared", False):
         return
+    if hasattr(lib, "sdp_rows_construct") and not hasattr(lib, "sdp_clipped_ratio_sums"):
+        raise ValueError(
+            f"{lib._name} was built by an older stan_dp (no aggregate queries); "
+            "compile the model again with stan_dp.compile_model")
     if not hasattr(lib, "sdp_rows_construct"):
         raise ValueError(
             f"{lib._name} is not a stan_dp model library (no row extension); "
@@ -65,6 +69,18 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.sdp_param_constrain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, _ERR]
     lib.sdp_param_unconstrain.restype = ctypes.c_int
     lib.sdp_param_unconstrain.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, _ERR]
+    _LL = ctypes.POINTER(ctypes.c_longlong)
+    lib.sdp_clipped_ratio_sums.restype = ctypes.c_int
+    lib.sdp_clipped_ratio_sums.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_double,
+        ctypes.c_double, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int,
+        ctypes.c_void_p, _DPTR, _LL, _ERR,
+    ]
+    lib.sdp_clipped_grad_sum.restype = ctypes.c_int
+    lib.sdp_clipped_grad_sum.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_void_p, ctypes.c_int,
+        ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, _LL, _ERR,
+    ]
     lib.bs_free_error_msg.restype = None
     lib.bs_free_error_msg.argtypes = [ctypes.c_char_p]
     lib._stan_dp_declared = True
@@ -227,3 +243,62 @@ class NativeRows:
         if rc != 0:
             _raise(self._lib, err)
         return out, grad
+
+    def clipped_ratio_sums(
+        self, theta_new: np.ndarray, theta_old: np.ndarray, bound: float, pre: float, post: float,
+        idx: np.ndarray | None, groups: np.ndarray | None, n_groups: int,
+    ) -> tuple[np.ndarray, int, float, int]:
+        """Clipped ratio sums in C++ (``sdp_clipped_ratio_sums``).
+
+        Parameters
+        ----------
+        theta_new, theta_old : ndarray, shape (dim,), float64, contiguous
+        bound, pre, post : float
+            ``x_j = post * clip(pre * r_j, ±bound)``.
+        idx : ndarray of int64 or None
+            Validated row indices, or all rows.
+        groups : ndarray of int32 (one per row of the data) or None
+        n_groups : int
+
+        Returns
+        -------
+        totals : ndarray, shape (n_groups,)
+        count : int
+        m2 : float
+        n_clipped : int
+        """
+        m = self.n_rows if idx is None else idx.shape[0]
+        totals = np.empty(n_groups)
+        m2 = ctypes.c_double()
+        n_clipped = ctypes.c_longlong()
+        err = ctypes.c_char_p()
+        rc = self._lib.sdp_clipped_ratio_sums(
+            self._ptr, theta_new.ctypes.data, theta_old.ctypes.data, float(bound), float(pre),
+            float(post), None if idx is None else idx.ctypes.data, m,
+            None if groups is None else groups.ctypes.data, int(n_groups), totals.ctypes.data,
+            ctypes.byref(m2), ctypes.byref(n_clipped), ctypes.byref(err),
+        )
+        if rc != 0:
+            _raise(self._lib, err)
+        return totals, int(m), float(m2.value), int(n_clipped.value)
+
+    def clipped_grad_sum(
+        self, theta: np.ndarray, bound: float, frame: np.ndarray | None, idx: np.ndarray | None,
+    ) -> tuple[np.ndarray, int]:
+        """Sum of clamped per-row gradients in C++ (``sdp_clipped_grad_sum``).
+
+        ``frame`` is a C-contiguous float64 ``(dim, k)`` array or None.
+        """
+        m = self.n_rows if idx is None else idx.shape[0]
+        k = self.dim if frame is None else frame.shape[1]
+        total = np.empty(k)
+        n_clipped = ctypes.c_longlong()
+        err = ctypes.c_char_p()
+        rc = self._lib.sdp_clipped_grad_sum(
+            self._ptr, theta.ctypes.data, float(bound), None if frame is None else frame.ctypes.data,
+            int(k), None if idx is None else idx.ctypes.data, m, total.ctypes.data,
+            ctypes.byref(n_clipped), ctypes.byref(err),
+        )
+        if rc != 0:
+            _raise(self._lib, err)
+        return total, int(n_clipped.value)

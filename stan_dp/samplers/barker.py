@@ -52,8 +52,8 @@ from stan_dp.accounting.bounds import barker_clip_bound
 from stan_dp.accounting.curve import barker_step_rdp
 from stan_dp.density import RowDensity, check_row_density
 from stan_dp.inference import SamplerSpec, initial_position, resolve_init, run, validate_run_args
-from stan_dp.mechanisms import clip_log_ratios, gaussian_release
-from stan_dp.row_ratios import log_ratios
+from stan_dp.aggregates import queries
+from stan_dp.mechanisms import gaussian_release
 from stan_dp.samplers import minibatch as mb
 from stan_dp.samplers.automatic import automatic as _automatic
 from stan_dp.samplers.barker_correction import (
@@ -133,6 +133,7 @@ def build_kernel(
     corr = correction if correction is not None else correction_distribution(DEFAULT_CORRECTION_VARIANCE)
     total_variance = corr.variance
     bound = barker_clip_bound(b, n_rows)  # on T * r_j (seed 003, Theorem 8)
+    q = queries(density)
     # The test-noise sd sqrt(C - sigma_b^2) depends on the batch, so the secure
     # path's grid must not follow it: it is fixed by the data-independent lower
     # bound sqrt(C - (1 - b/n)) (sigma_b^2 <= 1 - b/n, see the module docstring),
@@ -155,15 +156,13 @@ def build_kernel(
             return decide(state, move, False, None), BarkerInfo(0.0, False, move.step, False, 0.0, 0.0)
 
         rows = mb.draw_batch(rng_noise, n_rows, b)
-        row_new = np.asarray(density.row_log_lik(move.position, rows=rows), dtype=float)
-        row_old = np.asarray(density.row_log_lik(state.position, rows=rows), dtype=float)
-        # No floating-point warning may depend on the rows: log_ratios is silent (a row
-        # at -inf at both points gives -inf, clipped to -bound; "overflow encountered
-        # in subtract" for huge finite values), and so is the tempering.
-        with np.errstate(all="ignore"):
-            tempered = temperature * log_ratios(row_new, row_old)
-        clipped, n_clipped = clip_log_ratios(tempered, bound)
-        estimate, batch_var = mb.batch_estimate(clipped, n_rows)
+        # Tempered, then clipped, and summed where the rows live (stan_dp.aggregates);
+        # nothing there raises a floating-point warning (a row at -inf at both
+        # points counts -bound, huge finite values are clipped silently).
+        sums = q.clipped_ratio_sums(move.position, state.position, bound,
+                                    pre_scale=temperature, rows=rows)
+        n_clipped = sums.n_clipped
+        estimate, batch_var = mb.batch_estimate(sums, n_rows)
         variance = total_variance - batch_var
         if not variance > 0.0:  # pragma: no cover - impossible: batch_var <= 1 < C
             return (decide(state, move, False, None),

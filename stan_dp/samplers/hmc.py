@@ -75,8 +75,8 @@ from stan_dp.inference import (
     validate_positive as _validate_positive,
     validate_run_args,
 )
-from stan_dp.mechanisms import clamp_rows_l2, clip_log_ratios, gaussian_release
-from stan_dp.row_ratios import log_ratios
+from stan_dp.aggregates import queries
+from stan_dp.mechanisms import gaussian_release
 from stan_dp.samplers.penalty import log_acceptance
 
 __all__ = [
@@ -222,15 +222,14 @@ class Adaptation(NamedTuple):
 class HMCState(NamedTuple):
     """State of a DP HMC chain.
 
-    ``row_log_lik`` caches the per-row log-likelihoods at ``position``
-    (raw-data-derived, never leaves the sampler).  ``grad`` is the *released*
-    noisy gradient at ``position`` (post-processing, reused until the chain
-    moves).
+    ``grad`` is the *released* noisy gradient at ``position``
+    (post-processing, reused until the chain moves).  The per-row
+    log-likelihoods at ``position`` stay with the density (its point cache,
+    :class:`stan_dp.aggregates.PointCache`), next to the rows.
     """
 
     position: np.ndarray
     log_prior: float
-    row_log_lik: np.ndarray
     grad: np.ndarray | None
     step_size: float
     inv_mass: np.ndarray
@@ -268,9 +267,8 @@ class NoisyGradient(NamedTuple):
     grad: np.ndarray
     """Released ``T * sum clip(grad_i) + grad log prior + noise``."""
     log_prior: float
-    row_log_lik: np.ndarray
-    """Per-row log-likelihoods at the point (private; for the next ratio)."""
     n_clipped: int
+    """Rows whose gradient was clipped (NOT private)."""
 
 
 def make_noisy_gradient(
@@ -282,17 +280,19 @@ def make_noisy_gradient(
     release) where the log prior is not finite, else a :class:`NoisyGradient`.
     Per-row gradients are projected on the l2 ball of radius ``grad_clip``
     (non-finite entries zeroed first, :func:`stan_dp.mechanisms.clamp_rows_l2`),
-    so their tempered sum has l2 sensitivity ``k * T * grad_clip``.
+    so their tempered sum has l2 sensitivity ``k * T * grad_clip``; the
+    clipped sum is computed where the rows live
+    (:meth:`stan_dp.aggregates.AggregateDensity.clipped_grad_sum`).
     """
+    q = queries(density)
 
     def release(rng_noise: np.random.Generator, theta: np.ndarray) -> NoisyGradient | None:
         log_prior, prior_grad = prior_gradient(density, theta)
         if not (np.isfinite(log_prior) and np.all(np.isfinite(prior_grad))):
             return None
-        values, grads = density.row_log_lik_grad(theta)
-        clipped, n_clipped = clamp_rows_l2(np.asarray(grads, dtype=float).reshape(-1, theta.size), grad_clip)
-        noisy = gaussian_release(rng_noise, temperature * clipped.sum(axis=0), grad_noise_sd)  # release
-        return NoisyGradient(prior_grad + noisy, log_prior, np.asarray(values, dtype=float), n_clipped)
+        summed = q.clipped_grad_sum(theta, grad_clip)
+        noisy = gaussian_release(rng_noise, temperature * summed.total, grad_noise_sd)  # release
+        return NoisyGradient(prior_grad + noisy, log_prior, summed.n_clipped)
 
     return release
 
@@ -358,7 +358,7 @@ def init(position: np.ndarray, *, step_size: float, adapt: bool = False) -> HMCS
     theta = np.array(position, dtype=float)
     dim = theta.size
     adaptation = _new_adaptation(step_size, dim) if adapt else None
-    return HMCState(theta, np.nan, np.empty(0), None, float(step_size), np.ones(dim), 0, adaptation)
+    return HMCState(theta, np.nan, None, float(step_size), np.ones(dim), 0, adaptation)
 
 
 def mode_search(release: Callable, rng_noise: np.random.Generator, start: np.ndarray,
@@ -406,7 +406,7 @@ def _first_release(state: HMCState, release: Callable, rng_noise: np.random.Gene
     first = release(rng_noise, state.position)
     if first is None:
         raise ValueError("the log prior is not finite at the initial point")
-    return state._replace(log_prior=first.log_prior, row_log_lik=first.row_log_lik, grad=first.grad)
+    return state._replace(log_prior=first.log_prior, grad=first.grad)
 
 
 def _new_adaptation(step_size: float, dim: int, boost: float = 10.0) -> Adaptation:
@@ -530,12 +530,13 @@ def build_kernel(
     factor = sensitivity_factor(relation)
     sd_g = (grad_noise_multiplier * factor * temperature * grad_clip
             if grad_noise_sd is None else float(grad_noise_sd))
-    release = make_noisy_gradient(density, grad_clip=grad_clip, grad_noise_sd=sd_g,
+    q = queries(density)  # one point cache for the gradients and the ratio test
+    release = make_noisy_gradient(q, grad_clip=grad_clip, grad_noise_sd=sd_g,
                                   temperature=temperature)
     n_rows = int(density.n_rows)
     search_releases = _validate_int("search_releases", search_releases, 0)
     z_s = grad_noise_multiplier if search_noise_multiplier is None else search_noise_multiplier
-    search = make_noisy_gradient(density, grad_clip=grad_clip, temperature=temperature,
+    search = make_noisy_gradient(q, grad_clip=grad_clip, temperature=temperature,
                                  grad_noise_sd=z_s * factor * temperature * grad_clip)
     first_step = 1.0 / (n_rows * temperature) if search_step is None else float(search_step)
 
@@ -544,8 +545,7 @@ def build_kernel(
         if state.grad is None and search_releases > 0:
             position, first = mode_search(search, rng_noise, state.position, search_releases,
                                           first_step)
-            state = state._replace(position=position, log_prior=first.log_prior,
-                                   row_log_lik=first.row_log_lik, grad=first.grad)
+            state = state._replace(position=position, log_prior=first.log_prior, grad=first.grad)
         elif state.grad is None:
             state = _first_release(state, release, rng_noise)
         theta0 = state.position
@@ -568,8 +568,10 @@ def build_kernel(
             distance = float(np.linalg.norm(theta - theta0))
             bound = clip * distance
             sd_l = noise_sd if noise_sd is not None else noise_multiplier * factor * temperature * bound
-            ratios, n_clipped = clip_log_ratios(log_ratios(last.row_log_lik, state.row_log_lik), bound)
-            released = gaussian_release(rng_noise, temperature * float(ratios.sum()), sd_l)  # release
+            # The values at both ends are the density's (cached with the gradients).
+            sums = q.clipped_ratio_sums(theta, theta0, bound)
+            n_clipped = sums.n_clipped
+            released = gaussian_release(rng_noise, temperature * float(sums.totals[0]), sd_l)  # release
             kinetic0 = 0.5 * float(np.sum(state.inv_mass * p0 * p0))
             kinetic1 = 0.5 * float(np.sum(state.inv_mass * p * p))
             delta_h = released + (last.log_prior - state.log_prior) + kinetic0 - kinetic1
@@ -577,8 +579,7 @@ def build_kernel(
             log_a = log_acceptance(delta_h, sd_l * sd_l)
         accepted = bool(np.log(rng_prop.random()) < log_a)
         if accepted:
-            new = state._replace(position=theta, log_prior=last.log_prior,
-                                 row_log_lik=last.row_log_lik, grad=last.grad)
+            new = state._replace(position=theta, log_prior=last.log_prior, grad=last.grad)
         else:
             new = state
         accept_prob = float(np.exp(log_a))

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from stan_dp.aggregates import RatioSums, ratio_sums_from_values
 from stan_dp.density import RowDensity
 from stan_dp.inference import validate_positive
 from stan_dp.secure_noise import SecureNoise
@@ -41,7 +42,6 @@ __all__ = [
     "validate_batch_size",
     "resolve_temperature",
     "draw_batch",
-    "batch_log_ratios",
     "batch_estimate",
 ]
 
@@ -108,21 +108,14 @@ def draw_batch(rng_noise: np.random.Generator | SecureNoise, n_rows: int, batch_
     return np.sort(rng_noise.choice(n_rows, batch_size, replace=False))
 
 
-def batch_log_ratios(density: RowDensity, theta: np.ndarray, theta_new: np.ndarray,
-                     rows: np.ndarray) -> np.ndarray:
-    """Per-row log-likelihood ratios ``r_j`` for the batch rows only (two calls of ``b`` rows)."""
-    new = np.asarray(density.row_log_lik(theta_new, rows=rows), dtype=float)
-    old = np.asarray(density.row_log_lik(theta, rows=rows), dtype=float)
-    with np.errstate(invalid="ignore"):
-        return new - old
-
-
-def batch_estimate(x: np.ndarray, n_rows: int) -> tuple[float, float]:
+def batch_estimate(sums: RatioSums | np.ndarray, n_rows: int) -> tuple[float, float]:
     """``(n/b) sum x`` and its variance estimate ``(1 - b/n) (n/b)^2 sum (x - mean x)^2``.
 
-    ``x`` must already be tempered and clipped (finite).
+    ``sums`` is the batch's aggregate (:class:`stan_dp.aggregates.RatioSums`)
+    of the tempered, clipped (finite) contributions ``x``, or the array ``x``.
     """
-    b = x.size
+    if not isinstance(sums, RatioSums):
+        sums = ratio_sums_from_values(np.asarray(sums, dtype=float), np.zeros(np.size(sums)), np.inf)
+    b = sums.count
     scale = n_rows / b
-    centred = x - x.mean()
-    return float(scale * x.sum()), float((1.0 - b / n_rows) * scale * scale * (centred @ centred))
+    return float(scale * sums.totals[0]), float((1.0 - b / n_rows) * scale * scale * sums.m2)

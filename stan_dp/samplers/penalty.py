@@ -42,8 +42,8 @@ from stan_dp.inference import (
     validate_positive as _validate_positive,
     validate_run_args,
 )
-from stan_dp.mechanisms import clip_log_ratios, gaussian_release
-from stan_dp.row_ratios import log_ratios
+from stan_dp.aggregates import queries
+from stan_dp.mechanisms import gaussian_release
 from stan_dp.samplers.automatic import automatic as _automatic
 from stan_dp.samplers.proposals import Move, Proposal, make_proposal
 
@@ -65,16 +65,14 @@ NONPRIVATE_STATS = ("clip_fraction",)
 
 
 class PenaltyState(NamedTuple):
-    """State of a penalty chain.
+    """State of a penalty chain: nothing derived from the data.
 
-    ``row_log_lik`` caches the per-row log-likelihood at ``position``.  It is
-    raw-data-derived and never leaves the sampler: the driver records only
-    ``position``.
+    The per-row log-likelihoods at ``position`` stay with the density (its
+    point cache, :class:`stan_dp.aggregates.PointCache`), next to the rows.
     """
 
     position: np.ndarray
     log_prior: float
-    row_log_lik: np.ndarray
     aux: np.ndarray
 
 
@@ -93,7 +91,7 @@ class PenaltyInfo(NamedTuple):
 
 
 def init(density: RowDensity, position: np.ndarray, aux: np.ndarray | None = None) -> PenaltyState:
-    """Initial state at a data-independent ``position`` (evaluates the rows once).
+    """Initial state at a data-independent ``position`` (touches no data).
 
     Parameters
     ----------
@@ -108,7 +106,6 @@ def init(density: RowDensity, position: np.ndarray, aux: np.ndarray | None = Non
     return PenaltyState(
         theta,
         float(density.log_prior(theta)),
-        np.asarray(density.row_log_lik(theta), dtype=float),
         np.empty(0) if aux is None else np.asarray(aux, dtype=float),
     )
 
@@ -239,10 +236,17 @@ def build_kernel(
     """
     if not clip > 0 or (np.isinf(clip) and noise_sd is None):
         raise ValueError(f"clip must be positive (and finite unless noise_sd is fixed), got {clip!r}")
-    owner_index, labels = _owner_index(owners, int(density.n_rows), public_owners)
+    owner_noise = bool(getattr(density, "owner_noise", False))
+    if owner_noise:
+        if owners is not None or public_owners is not None:
+            raise ValueError("this model's owners are its shards (owner_labels); do not pass owners=")
+        owner_index, labels = None, list(density.owner_labels)
+    else:
+        owner_index, labels = _owner_index(owners, int(density.n_rows), public_owners)
     n_owners = max(1, len(labels))
     factor = sensitivity_factor(relation)
     n_rows = int(density.n_rows)
+    q = queries(density)
 
     def kernel(
         rng_prop: np.random.Generator, rng_noise: np.random.Generator, state: PenaltyState
@@ -258,24 +262,31 @@ def build_kernel(
             new, _ = _decide(rng_prop, state, move, proposal, -np.inf, lambda: state)
             return new, PenaltyInfo(0.0, False, total_sd, move.step, 0.0)
 
-        row_new = np.asarray(density.row_log_lik(move.position), dtype=float)
-        # No floating-point warning may depend on the rows: log_ratios is silent
-        # (a row at -inf at both points gives -inf, clipped to -bound), and the
-        # sums can only overflow (or meet inf - inf) with clip = inf, non-private use.
-        clipped, n_clipped = clip_log_ratios(log_ratios(row_new, state.row_log_lik), bound)
-        with np.errstate(all="ignore"):
-            if n_owners == 1:
-                sums = np.array([clipped.sum()])
-            else:
-                sums = np.bincount(owner_index, weights=clipped, minlength=n_owners)
-        released = gaussian_release(rng_noise, temperature * sums, sd)   # the only data release
+        if owner_noise:
+            # Multi-owner placement: each owner adds its own noise before its sum
+            # leaves it; only the K noised sums reach this process.
+            released = q.release_owner_ratio_sums(rng_noise, move.position, state.position, bound,
+                                                  sd, temperature=temperature)
+            n_clipped = 0
+        else:
+            # Clipped sums computed where the rows live (stan_dp.aggregates); no
+            # floating-point warning may depend on the rows, and none is raised
+            # there (a row at -inf at both points counts -bound).
+            sums = q.clipped_ratio_sums(move.position, state.position, bound,
+                                        groups=owner_index if n_owners > 1 else None,
+                                        n_groups=n_owners)
+            n_clipped = sums.n_clipped
+            with np.errstate(all="ignore"):
+                values = temperature * sums.totals
+            released = gaussian_release(rng_noise, values, sd)   # the only data release
         lambda_hat = float(np.sum(released)) + (log_prior_new - state.log_prior) + move.log_q_ratio
         log_a = log_acceptance(lambda_hat, variance, correction)
         new, accepted = _decide(
             rng_prop, state, move, proposal, log_a,
-            lambda: PenaltyState(move.position, log_prior_new, row_new, state.aux),
+            lambda: PenaltyState(move.position, log_prior_new, state.aux),
         )
-        info = PenaltyInfo(float(np.exp(log_a)), accepted, total_sd, move.step, n_clipped / n_rows)
+        info = PenaltyInfo(float(np.exp(log_a)), accepted, total_sd, move.step,
+                           n_clipped / n_rows if not owner_noise else float("nan"))
         return new, info
 
     return kernel
@@ -398,7 +409,15 @@ def penalty(
             "owner's only row would change the number of noise terms (and noise_sd) and the "
             "owners reported; pass public_owners=, every owner label declared public, or use "
             "relation='replace_one'")
-    _, labels = _owner_index(owners, int(model.n_rows), public_owners)
+    if getattr(model, "owner_noise", False):
+        if owners is not None or public_owners is not None:
+            raise ValueError("this model's owners are its shards (owner_labels); do not pass owners=")
+        if release_clip_fraction:
+            raise ValueError("release_clip_fraction is not available when the owners add the noise: "
+                             "they report nothing un-noised")
+        labels = list(model.owner_labels)
+    else:
+        _, labels = _owner_index(owners, int(model.n_rows), public_owners)
     user_init = resolve_init(model, init, chains)
     if not isinstance(release_clip_fraction, (bool, np.bool_)):
         raise ValueError("release_clip_fraction must be a bool")

@@ -46,8 +46,8 @@ from stan_dp.inference import (
     validate_positive,
     validate_run_args,
 )
-from stan_dp.mechanisms import clip_log_ratios, gaussian_release
-from stan_dp.row_ratios import log_ratios
+from stan_dp.aggregates import queries
+from stan_dp.mechanisms import gaussian_release
 from stan_dp.samplers import minibatch as mb
 from stan_dp.samplers.automatic import automatic as _automatic
 from stan_dp.samplers.penalty import _decide, log_acceptance
@@ -140,6 +140,7 @@ def build_kernel(
     n_rows = int(density.n_rows)
     b = mb.validate_batch_size(batch_size, n_rows)
     a1, a2 = sensitivity_coefficients(n_rows, b, temperature, clip)
+    q = queries(density)
 
     def kernel(rng_prop: np.random.Generator, rng_noise: np.random.Generator,
                state: mb.MinibatchState) -> tuple[mb.MinibatchState, SubsampledInfo]:
@@ -152,14 +153,14 @@ def build_kernel(
             return new, SubsampledInfo(0.0, False, sd, move.step, 0.0, 0.0)
 
         rows = mb.draw_batch(rng_noise, n_rows, b)
-        row_new = np.asarray(density.row_log_lik(move.position, rows=rows), dtype=float)
-        row_old = np.asarray(density.row_log_lik(state.position, rows=rows), dtype=float)
-        # No floating-point warning may depend on the rows: log_ratios is silent (a
-        # row at -inf at both points gives -inf, clipped to -bound); the estimate is
-        # computed from clipped values, silenced too in case of a huge clip bound.
-        clipped, n_clipped = clip_log_ratios(log_ratios(row_new, row_old), clip * h)
+        # The batch's clipped, tempered ratios are summed where the rows live
+        # (stan_dp.aggregates); nothing there raises a floating-point warning
+        # (a row at -inf at both points counts -bound).
+        sums = q.clipped_ratio_sums(move.position, state.position, clip * h,
+                                    post_scale=temperature, rows=rows)
+        n_clipped = sums.n_clipped
         with np.errstate(all="ignore"):
-            estimate, batch_var = mb.batch_estimate(temperature * clipped, n_rows)
+            estimate, batch_var = mb.batch_estimate(sums, n_rows)
         released = gaussian_release(rng_noise, estimate - 0.5 * batch_var, sd)  # the only data release
         lambda_hat = released + (log_prior_new - state.log_prior) + move.log_q_ratio
         log_a = log_acceptance(lambda_hat, sd * sd)
