@@ -928,13 +928,6 @@ class ShardedModel:
         """The Stan model's name."""
         return self.bridge.name()
 
-    def row_log_lik(self, theta: Any, rows: Any = None) -> np.ndarray:
-        """Not available: per-row values stay on the workers."""
-        raise TypeError("ShardedModel keeps its rows on the workers: per-row values never reach "
-                        "the driver; use the aggregate queries (stan_dp.aggregates.queries)")
-
-    row_log_lik_grad = row_log_lik
-
     # ------------------------------------------------------------ lifecycle --
     @property
     def shard_pids(self) -> list[int]:

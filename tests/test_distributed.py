@@ -30,6 +30,9 @@ from stan_dp import RowModel  # noqa: E402
 from stan_dp.aggregates import queries  # noqa: E402
 from stan_dp.distributed import OwnerNoiseError, ShardedModel, ShardFailure  # noqa: E402
 
+# Short runs of a few dozen draws: their low-ESS warnings are expected.
+pytestmark = pytest.mark.filterwarnings("ignore::stan_dp.UtilityWarning")
+
 SIZES = (70, 50, 40)
 N = sum(SIZES)
 
@@ -190,8 +193,7 @@ def test_rows_and_arguments_are_checked(sharded):
         sharded.clipped_ratio_sums(theta, theta, 1.0, rows=np.array([N]))
     with pytest.raises(ValueError, match="shape"):
         sharded.clipped_grad_sum(np.zeros(2), 1.0)
-    with pytest.raises(TypeError, match="per-row values never reach"):
-        sharded.row_log_lik(theta)
+    assert not hasattr(sharded, "row_log_lik")   # per-row values never reach the driver
     with pytest.raises(ValueError, match="owners=True"):
         sharded.release_owner_ratio_sums(np.random.default_rng(0), theta, theta, 1.0, 1.0)
 
@@ -209,3 +211,207 @@ def test_missing_shard_source_is_a_shard_failure(client, tmp_path, shard_paths):
     with pytest.raises(ShardFailure, match=r"shard 1 .*FileNotFoundError"):
         ShardedModel(client, stan_dp.bundled_model("logistic_regression"),
                      [shard_paths[0], str(tmp_path / "missing.json")])
+
+
+# ------------------------------------------------- (b), (e) samplers on shards
+#
+# The sharded sums equal the in-process sums up to the rounding of adding
+# per-shard partial sums (a few units in the last place).  A penalty chain
+# depends on the sums only through its accept decisions, log(u) < log_a,
+# with the same u and the same noise (both from the seeded streams, drawn
+# whatever the sums), so its positions are bit-identical unless some log_a
+# falls within ~1e-13 of its log(u): in a short run, essentially never.
+# The minibatch samplers draw the same batches from the same noise stream,
+# so the same argument holds for them.  DP HMC's positions are continuous
+# functions of the gradient sums, so they agree to rounding (1e-9), not bit
+# for bit.
+
+PENALTY = dict(epsilon=2.0, delta=1e-5, clip=1.0, step_size=0.05, iterations=60, chains=1,
+               seed=20261123, progress=False)
+
+
+def positions(fit):
+    post = fit.posterior
+    return np.concatenate([np.asarray(post[v]).reshape(post.sizes["chain"], post.sizes["draw"], -1)
+                           for v in post.data_vars], axis=-1)
+
+
+def test_penalty_draws_equal_in_process(sharded, whole):
+    got = stan_dp.penalty(sharded, **PENALTY)
+    want = stan_dp.penalty(whole, **PENALTY)
+    assert np.array_equal(positions(got), positions(want))
+    assert 0.05 < float(got.sample_stats["is_accepted"].mean()) < 0.95   # decisions were made
+    for key in ("epsilon_spent", "noise_multiplier", "n_rows", "seeded"):
+        assert got.posterior.attrs[key] == want.posterior.attrs[key]
+
+
+@pytest.mark.parametrize("name,kwargs,exact", [
+    ("subsampled_penalty", dict(batch_size=60, clip=1.0, step_size=0.05), True),
+    ("barker", dict(batch_size=40, step_size=0.01, epsilon=20.0, iterations=10), True),
+    ("hmc", dict(clip=1.0, grad_clip=2.0, step_size=0.005, n_leapfrog=3, warmup=0, epsilon=10.0), False),
+])
+def test_every_sampler_runs_on_shards(sharded, whole, name, kwargs, exact):
+    fn = getattr(stan_dp, name)
+    common = dict(dict(epsilon=2.0, delta=1e-5, iterations=25, chains=1, seed=7, progress=False),
+                  **kwargs)
+    got, want = fn(sharded, **common), fn(whole, **common)
+    a, b = positions(got), positions(want)
+    assert np.all(np.isfinite(a)) and len(np.unique(a[0, :, 0])) > 1   # the chain moved
+    if exact:
+        assert np.array_equal(a, b)
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
+# ------------------------------------------------------------- (c) owners
+
+OWNER_SIZES = (90, 70)
+
+
+@pytest.fixture(scope="module")
+def owner_paths(tmp_path_factory, data):
+    return write_shards(tmp_path_factory.mktemp("owners"), data, sizes=OWNER_SIZES)
+
+
+class _NoDataFiles:
+    """Makes every way the driver could open a shard file raise."""
+
+    def __init__(self, monkeypatch, paths):
+        self.paths = {os.path.realpath(p) for p in paths}
+        real_open, real_load = builtins.open, json.load
+
+        def guarded_open(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and os.path.realpath(file) in self.paths:
+                raise AssertionError(f"the driver opened a data file: {file}")
+            return real_open(file, *args, **kwargs)
+
+        def guarded_load(fp, *args, **kwargs):
+            if os.path.realpath(getattr(fp, "name", "")) in self.paths:
+                raise AssertionError("the driver parsed a data file")
+            return real_load(fp, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", guarded_open)
+        monkeypatch.setattr(io, "open", guarded_open)
+        monkeypatch.setattr(json, "load", guarded_load)
+
+
+def _arrays(obj, seen=None, depth=0):
+    """Every numpy array reachable from an object's attributes (not through the client)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 4:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return [obj]
+    if isinstance(obj, distributed.Client) or type(obj).__module__.startswith(("distributed", "bridgestan", "ctypes")):
+        return []
+    children = []
+    if isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple, set)):
+        children = list(obj)
+    elif hasattr(obj, "__dict__"):
+        children = list(vars(obj).values())
+    out = []
+    for child in children:
+        out += _arrays(child, seen, depth + 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def owners_model(client, owner_paths):
+    model = ShardedModel(client, stan_dp.bundled_model("logistic_regression"), owner_paths, owners=True)
+    yield model
+    model.close()
+
+
+def test_owners_driver_never_opens_a_data_file(client, owner_paths, monkeypatch):
+    _NoDataFiles(monkeypatch, owner_paths)
+    with pytest.raises(AssertionError, match="opened a data file"):   # the guard works
+        open(owner_paths[0])
+    model = ShardedModel(client, stan_dp.bundled_model("logistic_regression"), owner_paths, owners=True)
+    try:
+        fit = stan_dp.penalty(model, **dict(PENALTY, iterations=10))
+        assert fit.posterior.attrs["owners"] == ["0", "1"]
+        # No row array on the driver: the largest array the model holds is its offsets.
+        assert max(a.size for a in _arrays(model)) <= len(owner_paths) + 1
+    finally:
+        model.close()
+
+
+def test_owners_refuse_unnoised_queries(owners_model):
+    theta = np.zeros(owners_model.dim)
+    for call in (lambda: owners_model.clipped_ratio_sums(theta, theta, 1.0),
+                 lambda: owners_model.clipped_grad_sum(theta, 1.0),
+                 lambda: owners_model.row_statistic(grad_norms, theta),
+                 lambda: owners_model.reduce(None, count_above, [0.0])):
+        with pytest.raises(OwnerNoiseError, match="un-noised"):
+            call()
+    # The owner's own actor refuses too, whatever the driver does.
+    shard = owners_model._shards[0]
+    (_, status, exc), = owners_model._client.sync(
+        owners_model._gather, "ratio_sums", {0: (theta, theta, 1.0, 1.0, 1.0, None, None, 1)}, None)
+    assert status == "error" and isinstance(exc, OwnerNoiseError) and shard.future is not None
+    with pytest.raises(ValueError, match="positive finite noise"):
+        owners_model.release_owner_ratio_sums(np.random.default_rng(0), theta, theta, 1.0, 0.0)
+    # A gradient sampler is refused (before any release, or at its first query).
+    with pytest.raises((TypeError, OwnerNoiseError)):
+        stan_dp.hmc(owners_model, epsilon=1.0, delta=1e-5, clip=1.0, grad_clip=1.0, step_size=0.01,
+                    n_leapfrog=2, warmup=0, iterations=5, chains=1, seed=1, progress=False)
+
+
+def owner_sums(whole, a, b, bound, temperature):
+    sums = queries(whole).clipped_ratio_sums(a, b, bound, groups=np.repeat([0, 1], OWNER_SIZES),
+                                             n_groups=2)
+    return temperature * sums.totals
+
+
+def test_owner_release_is_sum_plus_own_noise(owners_model, whole):
+    a, b = points(whole.dim, 2, seed=21)
+    bound, sd, temp = 0.3, 0.8, 0.5
+    exact = owner_sums(whole, a, b, bound, temp)
+    rng = np.random.default_rng(99)
+    released = owners_model.release_owner_ratio_sums(rng, a, b, bound, sd, temperature=temp)
+    seeds = np.random.default_rng(99).integers(2**63, size=2)
+    noise = np.array([sd * np.random.default_rng(int(s)).standard_normal() for s in seeds])
+    close(released, exact + noise, rel=1e-12)
+    # Secure noise (unseeded runs): drawn on the owners; released values are noised.
+    secure = owners_model.release_owner_ratio_sums(stan_dp.mechanisms.SecureNoise(), a, b, bound, sd,
+                                                   temperature=temp)
+    assert secure.shape == (2,) and np.all(np.isfinite(secure)) and not np.allclose(secure, exact)
+
+
+def test_owner_noise_sd_statistically(owners_model, whole):
+    a, b = points(whole.dim, 2, seed=22)
+    bound, sd = 0.2, 1.7
+    exact = owner_sums(whole, a, b, bound, 1.0)
+    rng = np.random.default_rng(2026)
+    calls = 300
+    noise = np.array([owners_model.release_owner_ratio_sums(rng, a, b, bound, sd) - exact
+                      for _ in range(calls)])
+    # Per owner: mean 0 within 4 standard errors, sd within a 99.99% chi-square interval,
+    # owners independent (correlation within 4 / sqrt(calls)).
+    from scipy import stats
+
+    for k in range(2):
+        assert abs(noise[:, k].mean()) < 4 * sd / np.sqrt(calls)
+        s2 = noise[:, k].var(ddof=1) * (calls - 1) / sd**2
+        assert stats.chi2.ppf(5e-5, calls - 1) < s2 < stats.chi2.ppf(1 - 5e-5, calls - 1)
+    assert abs(np.corrcoef(noise.T)[0, 1]) < 4 / np.sqrt(calls)
+
+
+def test_owners_accounting_equals_in_process(owners_model, whole):
+    labels = np.repeat(["0", "1"], OWNER_SIZES)
+    before = owners_model.owner_release_counts()
+    got = stan_dp.penalty(owners_model, **PENALTY)
+    after = owners_model.owner_release_counts()
+    want = stan_dp.penalty(whole, owners=labels, **PENALTY)
+    ga, wa = dict(got.posterior.attrs), dict(want.posterior.attrs)
+    for key in ("sampler", "epsilon", "delta", "epsilon_spent", "noise_multiplier", "relation",
+                "accountant", "owners", "owner_noise_multiplier", "owner_epsilon", "owner_delta",
+                "owner_privacy", "iterations", "chains", "clip", "seeded"):
+        assert key in wa, key
+        assert np.array_equal(np.asarray(ga.get(key)), np.asarray(wa[key])), key
+    assert np.array_equal(got.sample_stats["noise_sd"], want.sample_stats["noise_sd"])
+    # Each owner's own ledger: one release per iteration (the prior is finite everywhere).
+    assert [x - y for x, y in zip(after, before)] == [PENALTY["iterations"]] * 2
