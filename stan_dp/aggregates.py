@@ -54,7 +54,11 @@ __all__ = [
     "PerRowQueries",
     "PointCache",
     "RatioSums",
+    "RowColumns",
     "RowStatistic",
+    "columns",
+    "count_above",
+    "clipped_column_sum",
     "queries",
     "ratio_sums_from_values",
     "grad_sum_from_rows",
@@ -326,3 +330,83 @@ def queries(density: Any) -> Any:
            ("clipped_ratio_sums", "clipped_grad_sum", "row_statistic", "reduce")):
         return density
     return PerRowQueries(density)
+
+
+# ------------------------------------------------ columns of a statistic --
+def count_above(values: np.ndarray, lo: int, hi: int, thresholds: np.ndarray) -> np.ndarray:
+    """``#{i : values[i, lo + j] > thresholds[j]}`` per column (a reducer: additive over rows).
+
+    Non-finite values count as above any threshold (``+inf``) or never (NaN).
+    """
+    with np.errstate(invalid="ignore"):
+        return np.sum(values[:, lo:hi] > np.asarray(thresholds, dtype=float)[None, :], axis=0).astype(float)
+
+
+def clipped_column_sum(values: np.ndarray, lo: int, hi: int, bound: float) -> np.ndarray:
+    """Sum of the rows ``values[:, lo:hi]`` projected on the l2 ball of radius ``bound``.
+
+    Returns the sum followed by the number of rows changed (a reducer:
+    additive over rows; the count is NOT private).
+    """
+    clipped, n_clipped = clamp_rows_l2(values[:, lo:hi], bound)
+    return np.append(clipped.sum(axis=0), float(n_clipped))
+
+
+class RowColumns:
+    """Columns ``[lo, hi)`` of a per-row statistic, wherever its rows live.
+
+    The adaptation's mechanisms (:mod:`stan_dp.adaptation.releases`) read
+    per-row values only through :meth:`count_above` and :meth:`clipped_sum`,
+    so the same code runs on an in-process array and on a sharded model.
+
+    Parameters
+    ----------
+    q : AggregateDensity
+        Holder of the statistic.
+    stat : RowStatistic
+        From ``q.row_statistic``.
+    lo, hi : int
+        The columns.
+    """
+
+    def __init__(self, q: Any, stat: RowStatistic, lo: int, hi: int) -> None:
+        self.q, self.stat, self.lo, self.hi = q, stat, int(lo), int(hi)
+
+    @classmethod
+    def of_array(cls, values: np.ndarray) -> "RowColumns":
+        """An in-process array (rows, columns) as a column view."""
+        v = np.asarray(values, dtype=float)
+        v = v.reshape(v.shape[0], -1)
+        return cls(_LOCAL, RowStatistic(v, v.shape[1]), 0, v.shape[1])
+
+    @property
+    def width(self) -> int:
+        """Number of columns."""
+        return self.hi - self.lo
+
+    def count_above(self, thresholds: np.ndarray) -> np.ndarray:
+        """Rows above each column's threshold (exact counts; release them with noise)."""
+        return np.asarray(self.q.reduce(self.stat, count_above, self.lo, self.hi,
+                                        np.asarray(thresholds, dtype=float)), dtype=float)
+
+    def clipped_sum(self, bound: float) -> tuple[np.ndarray, int]:
+        """Sum of the rows clamped to l2 norm ``bound``, and how many were changed (NOT private)."""
+        out = np.asarray(self.q.reduce(self.stat, clipped_column_sum, self.lo, self.hi, float(bound)),
+                         dtype=float)
+        return out[:-1], int(out[-1])
+
+
+class _Local:
+    """``reduce`` for statistics held in this process."""
+
+    @staticmethod
+    def reduce(stat: RowStatistic, fn: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
+        return local_reduce(stat, fn, *args)
+
+
+_LOCAL = _Local()
+
+
+def columns(values: "np.ndarray | RowColumns") -> RowColumns:
+    """``values`` as a :class:`RowColumns` (an array is wrapped as in-process rows)."""
+    return values if isinstance(values, RowColumns) else RowColumns.of_array(values)

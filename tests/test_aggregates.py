@@ -222,3 +222,63 @@ def test_samplers_draw_the_same_chain_through_native_and_per_row_queries(logisti
     acc = native.sample_stats["is_accepted"].values
     assert 0 < acc.sum() < acc.size  # both decisions happened, and agreed
     np.testing.assert_array_equal(acc, per_row.sample_stats["is_accepted"].values)
+
+
+# ------------------------------------------- rows held elsewhere (protocol) --
+class RowsElsewhere:
+    """A density whose rows can be reached only through the aggregate queries.
+
+    It has no ``row_log_lik``: every sampler and the private adaptation must
+    work through ``clipped_ratio_sums`` / ``clipped_grad_sum`` /
+    ``row_statistic`` / ``reduce``, as on a sharded model.
+    """
+
+    def __init__(self, inner) -> None:
+        self._q = PerRowQueries(inner)
+        self._inner = inner
+        self.n_rows, self.dim, self.param_names = inner.n_rows, inner.dim, inner.param_names
+        self.calls = 0
+
+    def log_prior(self, theta):
+        return self._inner.log_prior(theta)
+
+    def log_prior_grad(self, theta):
+        return self._inner.log_prior_grad(theta)
+
+    def constrain(self, theta):
+        return self._inner.constrain(theta)
+
+    def clipped_ratio_sums(self, *args, **kwargs):
+        self.calls += 1
+        return self._q.clipped_ratio_sums(*args, **kwargs)
+
+    def clipped_grad_sum(self, *args, **kwargs):
+        self.calls += 1
+        return self._q.clipped_grad_sum(*args, **kwargs)
+
+    def row_statistic(self, fn, *args):
+        self.calls += 1
+        return self._q.row_statistic(fn, *args)
+
+    def reduce(self, stat, fn, *args):
+        return self._q.reduce(stat, fn, *args)
+
+
+@pytest.mark.parametrize("method", ["gaussian", "penalty", "hmc", "subsampled_penalty", "barker"])
+def test_the_automatic_path_runs_on_rows_held_elsewhere(method):
+    """Adaptation and chain through the queries only: the same draws as in process."""
+    from test_auto import logistic
+
+    import warnings
+    model = logistic(2000, 1, True)
+    kw = dict(epsilon=3.0, delta=1e-5, method=method, seed=5, chains=2, progress=False,
+              **({} if method in ("barker", "gaussian") else {"iterations": 40, "warmup": 10}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        here = stan_dp.sample(model, **kw)
+        away_model = RowsElsewhere(model)
+        away = stan_dp.sample(away_model, **kw)
+    assert away_model.calls > 0
+    for name in here.posterior.data_vars:
+        np.testing.assert_array_equal(here.posterior[name].values, away.posterior[name].values)
+    assert here.attrs["epsilon_spent"] == away.attrs["epsilon_spent"]

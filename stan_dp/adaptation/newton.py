@@ -63,6 +63,7 @@ from stan_dp.accounting import Release
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum
+from stan_dp.aggregates import RowColumns, queries
 from stan_dp.density import prior_gradient
 
 __all__ = [
@@ -254,6 +255,31 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     return mats
 
 
+def _curvature_rows(density: Any, theta: np.ndarray, h: float) -> np.ndarray:
+    """Per-row ``|diag(-H_i)|`` at ``theta`` (shape ``(n, d)``): the initial frame's statistic."""
+    with np.errstate(all="ignore"):
+        return np.abs(_row_neg_hessians(density, theta, np.eye(theta.size), h, diagonal_only=True))
+
+
+def _round_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
+                scales: np.ndarray) -> np.ndarray:
+    """One Newton round's per-row statistic, shape ``(n, d + d*d + 2)``.
+
+    Columns: the gradient in the frame (``Aᵀ g_i``), the symmetrised
+    ``-Aᵀ H_i A`` flattened row-major, and the norms of both divided by the
+    public forecast bounds ``scales`` (for the private median).
+    """
+    d = theta.size
+    _, grads = density.row_log_lik_grad(theta)
+    with np.errstate(all="ignore"):
+        whitened = np.asarray(grads, dtype=float).reshape(-1, d) @ frame
+    mats = _row_neg_hessians(density, theta, frame, h).reshape(whitened.shape[0], d * d)
+    with np.errstate(all="ignore"):
+        norms = np.column_stack([np.linalg.norm(np.where(np.isfinite(whitened), whitened, 0.0), axis=1),
+                                 np.linalg.norm(mats, axis=1)]) / np.asarray(scales, dtype=float)
+    return np.column_stack([whitened, mats, norms])
+
+
 def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
     """Eigen-decomposition of ``prior + data`` after removing what the noise ``tau`` explains.
 
@@ -294,7 +320,9 @@ def private_mode(
     Parameters
     ----------
     density : RowDensity
-        Needs ``row_log_lik_grad`` and ``log_prior`` (``log_prior_grad`` used if present).
+        Needs ``row_log_lik_grad`` (or the aggregate queries of :mod:`stan_dp.aggregates`:
+        the per-row statistics are computed where the rows live) and ``log_prior``
+        (``log_prior_grad`` used if present).
     n_public : int
         Row count used in the public bounds (public under replace-one; under
         add/remove a value the user declared public).
@@ -324,13 +352,17 @@ def private_mode(
     c_h = s.kappa_hessian * whitened_hessian_scale(n_public, d)
 
     theta = np.array(init, dtype=float)
-    with np.errstate(all="ignore"):
-        curv = np.abs(_row_neg_hessians(density, theta, np.eye(d), s.initial_fd_step,
-                                        diagonal_only=True))
+    # Per-row values are computed and kept where the rows live (in this
+    # process, or on the workers of a sharded model); only counts and clipped
+    # sums of them come back, through the mechanisms of releases.py.
+    holder = queries(density)
+    curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
+    curv = RowColumns(holder, curv_stat, 0, d)
     tail = scale_tail(n_public, d, z_q)
     t, at_floor = private_quantiles(rng_noise, curv, tail=tail, n_public=n_public,
                                     rounds=s.quantile_rounds, noise_multiplier=z_q, ledger=ledger,
                                     what="scale count")
+    del curv, curv_stat  # the rows' statistic is dropped where it lives
     # t is an upper quantile; the mean curvature (what the frame needs) is about
     # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1), and larger
     # than that for coordinates only some rows depend on (the frame errs narrow).
@@ -344,18 +376,15 @@ def private_mode(
     path = [theta.copy()]
     previous: dict[str, Any] | None = None
     for k in range(s.rounds):
-        _, grads = density.row_log_lik_grad(theta)
-        with np.errstate(all="ignore"):
-            whitened = np.asarray(grads, dtype=float).reshape(-1, d) @ frame
-        mats = _row_neg_hessians(density, theta, frame, s.fd_step)
+        stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]))
+        whitened = RowColumns(holder, stat, 0, d)
+        mats = RowColumns(holder, stat, d, d + d * d)
+        norms = RowColumns(holder, stat, d + d * d, d + d * d + 2)
         # Far from the mode (or in a frame that is still wrong) the rows are
         # larger than the public forecast: a private median of both norms
         # raises the clip bounds so that the step is not throttled by
         # clipping; near the mode the forecast bounds apply.
-        with np.errstate(all="ignore"):
-            norms = np.column_stack([np.linalg.norm(np.where(np.isfinite(whitened), whitened, 0.0), axis=1),
-                                     np.linalg.norm(mats.reshape(len(mats), -1), axis=1)])
-        medians, _ = private_quantiles(rng_noise, norms / np.array([c_g, c_h]), tail=0.5,
+        medians, _ = private_quantiles(rng_noise, norms, tail=0.5,
                                        n_public=n_public, rounds=s.clip_rounds, noise_multiplier=z_c,
                                        ledger=ledger, what=f"clip count, round {k}",
                                        log2_range=(-20.0, 60.0))

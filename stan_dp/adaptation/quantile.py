@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from stan_dp.adaptation.releases import Ledger, noisy_counts
+from stan_dp.aggregates import RowColumns, columns
 
 __all__ = ["LOG2_RANGE", "private_quantiles"]
 
@@ -23,7 +24,7 @@ LOG2_RANGE = (-60.0, 60.0)
 """Search interval of ``log2 t`` (about 1e-18 to 1e18)."""
 
 
-def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray, *, tail: float,
+def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowColumns, *, tail: float,
                       n_public: int, rounds: int, noise_multiplier: float, ledger: Ledger,
                       what: str = "quantile count",
                       log2_range: tuple[float, float] = LOG2_RANGE) -> tuple[np.ndarray, np.ndarray]:
@@ -31,8 +32,9 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray, *, tai
 
     Parameters
     ----------
-    values : ndarray, shape (n, d)
-        Per-row non-negative values (read: private).
+    values : ndarray, shape (n, d), or RowColumns
+        Per-row non-negative values (read: private), in this process or a
+        view of rows held elsewhere (:class:`~stan_dp.aggregates.RowColumns`).
     tail : float
         Target fraction of rows above the threshold.
     n_public : int
@@ -51,8 +53,8 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray, *, tai
         Columns whose search ended at the bottom of the range (no scale found:
         most rows are zero in that column).
     """
-    v = np.asarray(values, dtype=float)
-    d = v.shape[1]
+    v = columns(values)
+    d = v.width
     lo = np.full(d, float(log2_range[0]))
     hi = np.full(d, float(log2_range[1]))
     target = tail * n_public

@@ -24,12 +24,14 @@ release is a plain Gaussian, so the composition is exact (PLD mean
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from stan_dp.accounting import Release, sensitivity_factor
-from stan_dp.mechanisms import clamp_rows_l2, gaussian_release
+from stan_dp.aggregates import RowColumns, columns
+from stan_dp.mechanisms import gaussian_release
 
 __all__ = ["LedgerEntry", "Ledger", "noisy_counts", "clipped_vector_sum", "clipped_matrix_sum"]
 
@@ -81,40 +83,42 @@ class Ledger:
                          for k, z in kinds.items())
 
 
-def noisy_counts(rng_noise: np.random.Generator, values: np.ndarray, thresholds: np.ndarray,
+def noisy_counts(rng_noise: np.random.Generator, values: np.ndarray | RowColumns, thresholds: np.ndarray,
                  noise_multiplier: float, ledger: Ledger, what: str) -> np.ndarray:
     """Release ``#{i : values[i, j] > thresholds[j]}`` for every column ``j``, with noise.
 
+    ``values`` is a per-row array or a :class:`~stan_dp.aggregates.RowColumns`
+    view of rows held elsewhere (the counts are computed where the rows are).
     Non-finite values count as above any threshold (``+inf``) or never
     (``NaN``): either way a row changes each count by at most one.
     """
-    v = np.asarray(values, dtype=float)
-    with np.errstate(invalid="ignore"):
-        counts = np.sum(v > np.asarray(thresholds, dtype=float)[None, :], axis=0).astype(float)
-    sd = ledger.add(what, noise_multiplier, float(np.sqrt(v.shape[1])))
+    v = columns(values)
+    counts = v.count_above(np.asarray(thresholds, dtype=float))
+    sd = ledger.add(what, noise_multiplier, float(np.sqrt(v.width)))
     return np.asarray(gaussian_release(rng_noise, counts, sd), dtype=float)
 
 
-def clipped_vector_sum(rng_noise: np.random.Generator, rows: np.ndarray, bound: float,
+def clipped_vector_sum(rng_noise: np.random.Generator, rows: np.ndarray | RowColumns, bound: float,
                        noise_multiplier: float, ledger: Ledger, what: str) -> tuple[np.ndarray, int]:
     """Release ``sum_i clip_bound(rows[i]) + N(0, (z f bound)^2 I)``.
 
-    Returns the release and the number of clipped rows (NOT private: for
-    internal diagnostics in tests only; it never leaves the adaptation).
+    ``rows`` is a per-row array or a :class:`~stan_dp.aggregates.RowColumns`
+    view.  Returns the release and the number of clipped rows (NOT private:
+    for internal diagnostics in tests only; it never leaves the adaptation).
     """
-    clipped, n_clipped = clamp_rows_l2(np.asarray(rows, dtype=float), bound)
+    total, n_clipped = columns(rows).clipped_sum(bound)
     sd = ledger.add(what, noise_multiplier, sensitivity_factor(ledger.relation) * bound)
-    return np.asarray(gaussian_release(rng_noise, clipped.sum(axis=0), sd), dtype=float), n_clipped
+    return np.asarray(gaussian_release(rng_noise, total, sd), dtype=float), n_clipped
 
 
-def clipped_matrix_sum(rng_noise: np.random.Generator, mats: np.ndarray, bound: float,
+def clipped_matrix_sum(rng_noise: np.random.Generator, mats: np.ndarray | RowColumns, bound: float,
                        noise_multiplier: float, ledger: Ledger, what: str) -> tuple[np.ndarray, float]:
     """Release the sum of symmetric per-row matrices clipped in Frobenius norm.
 
     Parameters
     ----------
-    mats : ndarray, shape (n, d, d)
-        Symmetric per-row matrices.
+    mats : ndarray, shape (n, d, d), or RowColumns of d * d columns
+        Symmetric per-row matrices (flattened row-major in a view).
     bound : float
         Frobenius clip bound ``C``.
 
@@ -125,10 +129,11 @@ def clipped_matrix_sum(rng_noise: np.random.Generator, mats: np.ndarray, bound: 
     noise_sd : float
         ``s``: the diagonal noise sd (off-diagonal ``s / sqrt(2)``).
     """
-    m = np.asarray(mats, dtype=float)
-    n, d, _ = m.shape
-    clipped, _ = clamp_rows_l2(m.reshape(n, d * d), bound)
-    total = clipped.sum(axis=0).reshape(d, d)
+    view = columns(mats)
+    d = int(round(math.sqrt(view.width)))
+    if d * d != view.width:
+        raise ValueError("the per-row matrices must be square")
+    total = view.clipped_sum(bound)[0].reshape(d, d)
     total = 0.5 * (total + total.T)
     sd = ledger.add(what, noise_multiplier, sensitivity_factor(ledger.relation) * bound)
     # One Gaussian release of (diag S, sqrt(2) upper(S)) with sd s, i.e. the

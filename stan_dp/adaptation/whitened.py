@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from stan_dp.aggregates import GradSum, RatioSums, RowStatistic, queries
 from stan_dp.density import prior_gradient
 
 __all__ = ["WhitenedDensity"]
@@ -44,6 +45,10 @@ class WhitenedDensity:
         self.n_rows = inner.n_rows
         self.dim = d
         self.param_names = list(inner.param_names)
+        self._q = queries(inner)
+        self.owner_noise = bool(getattr(inner, "owner_noise", False))
+        if self.owner_noise:
+            self.owner_labels = list(inner.owner_labels)
 
     def theta(self, u: np.ndarray) -> np.ndarray:
         """The model's unconstrained point of ``u``."""
@@ -68,6 +73,33 @@ class WhitenedDensity:
         with np.errstate(all="ignore"):
             return values, np.asarray(grads, dtype=float) @ self.frame
 
+    # Aggregate queries (stan_dp.aggregates), answered by the model where its
+    # rows live: points are mapped, gradients taken through the frame.
+    def clipped_ratio_sums(self, u_new: np.ndarray, u_old: np.ndarray, bound: float,
+                           **kwargs: Any) -> RatioSums:
+        """The model's clipped ratio sums between ``theta(u_new)`` and ``theta(u_old)``."""
+        return self._q.clipped_ratio_sums(self.theta(u_new), self.theta(u_old), bound, **kwargs)
+
+    def clipped_grad_sum(self, u: np.ndarray, bound: float, *, rows: np.ndarray | None = None,
+                         frame: np.ndarray | None = None) -> GradSum:
+        """Clipped sum of the per-row gradients in ``u`` (``frameᵀ Aᵀ g_j``)."""
+        inner_frame = self.frame if frame is None else self.frame @ np.asarray(frame, dtype=float)
+        return self._q.clipped_grad_sum(self.theta(u), bound, rows=rows, frame=inner_frame)
+
+    def row_statistic(self, fn: Any, *args: Any) -> RowStatistic:
+        """``fn`` of the rows seen in this frame, computed where the rows live."""
+        return self._q.row_statistic(_in_frame, self.center, self.frame, fn, args)
+
+    def reduce(self, stat: RowStatistic, fn: Any, *args: Any) -> np.ndarray:
+        """The model's reduction of a statistic from :meth:`row_statistic`."""
+        return self._q.reduce(stat, fn, *args)
+
+    def release_owner_ratio_sums(self, rng_noise: Any, u_new: np.ndarray, u_old: np.ndarray,
+                                 bound: float, sd: float, *, temperature: float = 1.0) -> np.ndarray:
+        """The owners' noised sums between ``theta(u_new)`` and ``theta(u_old)`` (multi-owner models)."""
+        return self._inner.release_owner_ratio_sums(rng_noise, self.theta(u_new), self.theta(u_old),
+                                                    bound, sd, temperature=temperature)
+
     def constrain(self, u: np.ndarray) -> dict[str, np.ndarray]:
         """The model's constrained parameters at ``theta(u)``."""
         return self._inner.constrain(self.theta(u))
@@ -75,3 +107,8 @@ class WhitenedDensity:
     def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
         """``u`` of constrained values (needs the model's ``unconstrain``)."""
         return self._inverse @ (np.asarray(self._inner.unconstrain(values), dtype=float) - self.center)
+
+
+def _in_frame(density: Any, center: np.ndarray, frame: np.ndarray, fn: Any, args: tuple) -> np.ndarray:
+    """``fn(WhitenedDensity(density, center, frame), *args)``: run where the rows live."""
+    return fn(WhitenedDensity(density, center, frame), *args)
