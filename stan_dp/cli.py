@@ -11,6 +11,9 @@ Subcommands
     A private fit: summary, warnings, privacy report, and the fit as netCDF.
     The default ``--sampler auto`` needs no other option (``stan_dp.sample``);
     ``penalty``, ``subsampled``, ``barker`` and ``hmc`` take the sampler options.
+    With ``--shards A.json B.json ... --scheduler ADDRESS`` instead of
+    ``--data`` the rows stay on Dask workers (:class:`stan_dp.distributed.ShardedModel`);
+    ``--owners`` makes each shard a data owner that noises its own sums.
 ``stan-dp reference MODEL.stan --data DATA.json [--output ref.nc]``
     The non-private NUTS fit of the same model (CmdStan if installed,
     otherwise Stan's NUTS compiled from the bundled toolchain).
@@ -219,29 +222,81 @@ def _write_netcdf(idata, path: str | Path) -> Path:
     return path
 
 
-def cmd_sample(args: argparse.Namespace) -> int:
-    from stan_dp import RowModel, sample
+def _check_sources(args: argparse.Namespace) -> None:
+    """``--data`` or ``--shards`` (with ``--scheduler``), checked before any work."""
+    shards = getattr(args, "shards", None)
+    if (args.data is None) == (shards is None):
+        raise ValueError("give the data as --data DATA.json, or as --shards A.json B.json ... "
+                         "with --scheduler ADDRESS")
+    if shards is None:
+        if args.scheduler is not None or args.owners:
+            raise ValueError("--scheduler and --owners go with --shards, not --data")
+        return
+    if args.scheduler is None:
+        raise ValueError("--shards needs --scheduler ADDRESS (a Dask scheduler, or 'local' for a "
+                         "cluster on this machine)")
+    if (args.relation or "replace_one") != "replace_one":
+        raise ValueError("--shards supports --relation replace_one only: the driver uses the "
+                         "shard sizes, which are public under replace-one but private under "
+                         "add/remove")
+    if args.owners and args.sampler != "penalty":
+        raise ValueError("--owners (each data owner adds its own noise) works with --sampler "
+                         "penalty only")
 
+
+@contextlib.contextmanager
+def _model(args: argparse.Namespace) -> Iterator[object]:
+    """The model of ``stan-dp sample``: a RowModel, or a ShardedModel on a Dask cluster."""
+    if args.shards is None:
+        from stan_dp import RowModel
+
+        yield RowModel(args.model, args.data, rows=args.rows, row_vars=args.row_vars)
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ValueError("--shards needs the Dask extra: pip install 'stan_dp[distributed]'") from None
+    from stan_dp.distributed import ShardedModel
+
+    with contextlib.ExitStack() as stack:
+        if args.scheduler == "local":
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=len(args.shards), threads_per_worker=1, processes=True,
+                host="127.0.0.1", dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            client = stack.enter_context(Client(args.scheduler))
+        extra = {"row_vars": args.row_vars} if args.row_vars is not None else {}
+        model = ShardedModel(client, args.model, args.shards, rows=args.rows,
+                             owners=bool(args.owners), **extra)
+        stack.callback(model.close)
+        yield model
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from stan_dp import sample
+
+    _check_sources(args)
     if args.sampler in ("auto", "gaussian"):
         given = [("--" + d.replace("_", "-")) for d, _, _ in SAMPLER_OPTIONS
                  if getattr(args, d, None) is not None and d not in ("chains", "relation")]
         if given:
             raise ValueError(f"option(s) {', '.join(given)} do not apply to --sampler {args.sampler}; "
                              "name a sampler (e.g. --sampler hmc) to set them")
-        model = RowModel(args.model, args.data, rows=args.rows, row_vars=args.row_vars)
-        extra = {"chains": args.chains} if args.chains is not None else {}
-        fit = sample(model, epsilon=args.epsilon, delta=args.delta, method=args.sampler,
-                     seed=args.seed, relation=args.relation or "replace_one",
-                     public_n=args.public_n, progress=not args.quiet,
-                     init=read_init(args.init, model), **extra)
+        with _model(args) as model:
+            extra = {"chains": args.chains} if args.chains is not None else {}
+            fit = sample(model, epsilon=args.epsilon, delta=args.delta, method=args.sampler,
+                         seed=args.seed, relation=args.relation or "replace_one",
+                         public_n=args.public_n, progress=not args.quiet,
+                         init=read_init(args.init, model), **extra)
     else:
         fn = _sampler_function(args.sampler)
         kwargs = _sampler_kwargs(fn, args)
-        model = RowModel(args.model, args.data, rows=args.rows, row_vars=args.row_vars)
-        if args.init is not None:
-            kwargs["init"] = read_init(args.init, model)
-        fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
-                 progress=not args.quiet, **kwargs)
+        with _model(args) as model:
+            if args.init is not None:
+                kwargs["init"] = read_init(args.init, model)
+            fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
+                     progress=not args.quiet, **kwargs)
     _print_fit(fit)
     if args.output:
         print(f"written: {_write_netcdf(fit, args.output)}")
@@ -386,7 +441,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sample = sub.add_parser("sample", help="a private fit of a Stan model")
     sample.add_argument("model", help="a .stan file")
-    sample.add_argument("--data", required=True, help="data as a JSON file")
+    sample.add_argument("--data", default=None, help="data as a JSON file (or --shards)")
+    sample.add_argument("--shards", nargs="+", default=None, metavar="JSON",
+                        help="the data as one JSON file per shard, each opened by the Dask worker "
+                             "that holds it (needs --scheduler; stan_dp[distributed])")
+    sample.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="a Dask scheduler address (tcp://host:8786), or 'local' to start a "
+                             "cluster of one worker per shard on this machine")
+    sample.add_argument("--owners", action="store_true",
+                        help="each shard is a data owner that adds its own noise before anything "
+                             "leaves it (Algorithm 2; --sampler penalty)")
     sample.add_argument("--rows", default="N", help="the data variable counting rows (default N)")
     sample.add_argument("--sampler", "--method", dest="sampler", default="auto",
                         choices=["auto", "gaussian"] + sorted(SAMPLERS),

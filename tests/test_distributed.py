@@ -415,3 +415,122 @@ def test_owners_accounting_equals_in_process(owners_model, whole):
     assert np.array_equal(got.sample_stats["noise_sd"], want.sample_stats["noise_sd"])
     # Each owner's own ledger: one release per iteration (the prior is finite everywhere).
     assert [x - y for x, y in zip(after, before)] == [PENALTY["iterations"]] * 2
+
+
+# ------------------------------------------------------------------- CLI
+
+def test_cli_sample_on_shards(cluster, shard_paths, capsys):
+    from stan_dp.cli import main
+
+    address = cluster[0].scheduler_address
+    base = ["sample", str(stan_dp.bundled_model("logistic_regression")), "--epsilon", "2",
+            "--delta", "1e-5", "--sampler", "penalty", "--clip", "1", "--step-size", "0.05",
+            "--iterations", "20", "--chains", "1", "--seed", "5", "--quiet"]
+    assert main(base + ["--shards", *shard_paths, "--scheduler", address]) == 0
+    out = capsys.readouterr().out
+    assert "privacy report" in out and "beta[1]" in out
+    assert main(base + ["--shards", *shard_paths[:2], "--scheduler", address, "--owners"]) == 0
+    out = capsys.readouterr().out
+    assert "privacy report" in out and "penalty_multi_owner" in out
+    # Refused before any work, one line each.
+    for extra, message in (
+            (["--shards", *shard_paths], "needs --scheduler"),
+            (["--shards", *shard_paths, "--scheduler", address, "--relation", "add_remove"],
+             "replace_one only"),
+            (["--data", shard_paths[0], "--owners"], "go with --shards"),
+            ([], "--data DATA.json, or as --shards")):
+        assert main(base + extra) == 2
+        assert message in capsys.readouterr().err
+    argv = [a if a != "penalty" else "hmc" for a in base]
+    assert main(argv + ["--shards", *shard_paths[:2], "--scheduler", address, "--owners"]) == 2
+    assert "--sampler penalty only" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- (d) faults
+
+FAULT_RUN = dict(PENALTY, iterations=100)
+
+
+@pytest.fixture
+def fault_model(client, tmp_path, data):
+    client.wait_for_workers(2, timeout=60)
+    paths = write_shards(tmp_path, data, sizes=(90, 70))
+    model = ShardedModel(client, stan_dp.bundled_model("logistic_regression"), paths,
+                         restart_timeout=60)
+    yield model, paths
+    model.close()
+
+
+def kill_worker(client, address):
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+
+
+def kill_at_call(monkeypatch, model, at, shard, in_thread=False):
+    """Kill the worker holding ``shard`` when the driver makes its ``at``-th query."""
+    real, count = model._call, {"n": 0}
+    go = threading.Event()
+
+    def counting(method, calls):
+        count["n"] += 1
+        if count["n"] == at:
+            go.set()
+            if not in_thread:
+                kill_worker(model._client, model.shard_addresses[shard])
+        return real(method, calls)
+
+    monkeypatch.setattr(model, "_call", counting)
+    if in_thread:
+        address = model.shard_addresses[shard]
+        pid = model._client.run(os.getpid, workers=[address])[address]
+        threading.Thread(target=lambda: go.wait(60) and os.kill(pid, signal.SIGKILL),
+                         daemon=True).start()
+
+
+def test_worker_killed_between_queries_same_draws(fault_model, monkeypatch):
+    model, _ = fault_model
+    want = stan_dp.penalty(model, **FAULT_RUN)
+    kill_at_call(monkeypatch, model, at=30, shard=1)
+    got = stan_dp.penalty(model, **FAULT_RUN)
+    assert model.recoveries == 1
+    assert np.array_equal(positions(got), positions(want))
+    assert got.posterior.attrs["epsilon_spent"] == want.posterior.attrs["epsilon_spent"]
+
+
+def test_worker_killed_during_a_query_same_draws(fault_model, monkeypatch):
+    model, _ = fault_model
+    want = stan_dp.penalty(model, **FAULT_RUN)
+    kill_at_call(monkeypatch, model, at=20, shard=0, in_thread=True)
+    got = stan_dp.penalty(model, **FAULT_RUN)
+    assert model.recoveries >= 1
+    assert np.array_equal(positions(got), positions(want))
+
+
+def test_shard_that_cannot_come_back_stops_the_run(fault_model, monkeypatch):
+    model, paths = fault_model
+    os.rename(paths[1], paths[1] + ".gone")      # its data source is gone
+    kill_at_call(monkeypatch, model, at=10, shard=1)
+    result = None
+    with pytest.raises(ShardFailure, match=r"shard 1 .*3 attempt.*FileNotFoundError") as info:
+        result = stan_dp.penalty(model, **FAULT_RUN)
+    assert result is None and info.value.shard == 1 and info.value.source == paths[1]
+
+
+def test_owner_killed_comes_back_on_its_own_worker(client, owner_paths, monkeypatch):
+    client.wait_for_workers(2, timeout=60)
+    model = ShardedModel(client, stan_dp.bundled_model("logistic_regression"), owner_paths,
+                         owners=True, restart_timeout=60)
+    try:
+        want = stan_dp.penalty(model, **dict(PENALTY, iterations=30))
+        names = model._workers()
+        pinned = names[model.shard_addresses[1]]
+        kill_at_call(monkeypatch, model, at=10, shard=1)
+        got = stan_dp.penalty(model, **dict(PENALTY, iterations=30))
+        assert model.recoveries == 1
+        # Same worker name (the nanny's restart), never the other owner's worker.
+        assert model._workers()[model.shard_addresses[1]] == pinned
+        assert model.shard_addresses[0] != model.shard_addresses[1]
+        # The retried owner reused its seed: its first value was never released.
+        assert np.array_equal(positions(got), positions(want))
+    finally:
+        model.close()
