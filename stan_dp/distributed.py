@@ -159,6 +159,11 @@ def _worker_threads() -> int | None:
         return None
 
 
+CALLS = frozenset({"describe", "ping", "ratio_sums", "grad_sum", "set_groups", "statistic",
+                   "reduce", "drop", "release", "release_count"})
+"""The ShardActor methods a driver may call (through :meth:`ShardActor.call`)."""
+
+
 class ShardActor:
     """One shard's rows, resident on a Dask worker (created with ``actor=True``).
 
@@ -233,6 +238,20 @@ class ShardActor:
     def ping(self) -> int:
         """A no-op round trip (latency measurements)."""
         return 0
+
+    def call(self, blob: bytes) -> bytes:
+        """Run one of the methods in :data:`CALLS` from a pickled ``(name, args)``; pickled result.
+
+        The driver sends every query this way: one bytes object, pickled
+        once, instead of one Dask-serialised object per argument (which cost
+        ~0.5 ms per request here, half of a round trip).
+        """
+        from distributed.protocol import pickle as dask_pickle
+
+        name, args = dask_pickle.loads(blob)
+        if name not in CALLS:
+            raise AttributeError(f"ShardActor has no query {name!r}")
+        return dask_pickle.dumps(getattr(self, name)(*args))
 
     def _refuse_if_owner(self) -> None:
         if self.owner:
@@ -377,6 +396,12 @@ class ShardedModel:
     restart_timeout : float, default 60
         Seconds to wait for a live worker (owners: the owner's own worker)
         when a shard is recreated.
+    inline : bool, default True
+        Run each query on the worker's event loop instead of its actor
+        thread pool: one thread hop less per round trip (0.2-0.6 ms on the
+        2-core test machine), but the worker's loop is busy while a query
+        computes (Dask logs a warning past ~3 s).  Set False for shards whose
+        queries take seconds.
     **rowmodel_kwargs
         ``row_vars``, ``threads`` (default: the worker's thread count),
         ``seed``, ``check``, ``stanc_args``, ``cache_dir``, ``cmdstan``, as
@@ -412,7 +437,8 @@ class ShardedModel:
                  rows: str = "N", owners: bool = False, *,
                  owner_labels: Sequence[str] | None = None, workers: Sequence[Any] | None = None,
                  max_attempts: int = 3, timeout: float | None = None,
-                 restart_timeout: float = 60.0, **rowmodel_kwargs: Any) -> None:
+                 restart_timeout: float = 60.0, inline: bool = True,
+                 **rowmodel_kwargs: Any) -> None:
         import bridgestan
         import distributed
 
@@ -453,6 +479,7 @@ class ShardedModel:
         self.max_attempts = int(max_attempts)
         self.timeout = None if timeout is None else float(timeout)
         self.restart_timeout = float(restart_timeout)
+        self.inline = bool(inline)
         self._options = {key: value for key, value in rowmodel_kwargs.items()}
         stanc_args = tuple(str(a) for a in self._options.get("stanc_args", ()))
         self._options["stanc_args"] = stanc_args
@@ -651,8 +678,12 @@ class ShardedModel:
     # ------------------------------------------------------------- fan-out --
     async def _gather(self, method: str, calls: Mapping[int, tuple],
                       timeout: float | None) -> list[tuple[int, str, Any]]:
-        """Call ``method`` on the given shards at once (on the client's event loop)."""
-        from distributed.protocol import to_serialize
+        """Call ``method`` on the given shards at once (on the client's event loop).
+
+        Straight to each shard's worker (Dask's actor RPC, ``actor_execute``,
+        without the scheduler in between), arguments pickled once per shard.
+        """
+        from distributed.protocol import pickle as dask_pickle
 
         async def one(index: int, args: tuple) -> tuple[int, str, Any]:
             shard = self._shards[index]
@@ -660,13 +691,13 @@ class ShardedModel:
                 if shard.future is None or not shard.address:
                     raise _Lost("the shard has no actor")
                 call = self._client.rpc(shard.address).actor_execute(
-                    function=method, actor=shard.key, args=[to_serialize(a) for a in args],
-                    kwargs={})
+                    function="call", actor=shard.key, args=[dask_pickle.dumps((method, args))],
+                    kwargs={"separate_thread": False} if self.inline else {})
                 response = await (call if timeout is None else asyncio.wait_for(call, timeout))
             except Exception as exc:  # noqa: BLE001 - any failure to get an answer: lost
                 return index, "lost", exc
             if response.get("status") == "OK":
-                return index, "ok", response["result"]
+                return index, "ok", dask_pickle.loads(response["result"])
             return index, "error", response.get("exception")
 
         return list(await asyncio.gather(*(one(i, a) for i, a in calls.items())))
