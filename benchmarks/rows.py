@@ -9,7 +9,10 @@ full-data BridgeStan call on the same model and data:
 - batched per-row values (RowModel.row_log_lik) vs one full-data
   ``log_density``;
 - a Python loop over per-row ``bridgestan.StanModel`` instances (the naive
-  approach), for gradients and values.
+  approach), for gradients and values;
+- the aggregate queries (issue 16): a clipped ratio sum and a clipped
+  gradient sum formed in C++, vs the per-row arrays returned to Python and
+  clipped and summed in NumPy (the ratio to the latter is the gain).
 
 Run:  python benchmarks/rows.py [--n 10000] [--d 10] [--threads 2]
 """
@@ -32,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import bridgestan  # noqa: E402
 
 from stan_dp import RowModel, compile_model  # noqa: E402
+from stan_dp.aggregates import PerRowQueries  # noqa: E402
 
 
 def best_time(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.2) -> float:
@@ -81,6 +85,25 @@ def main() -> None:
     rows_val_1 = best_time(lambda: model.row_log_lik(theta))
     model.threads = args.threads
 
+    # Issue 16, item 1: clipped sums formed in C++ (the aggregate queries) vs
+    # per-row arrays returned to Python and clipped and summed in NumPy.  The
+    # points move by 1e-9 per call so that the point cache never answers.
+    per_row = PerRowQueries(model)
+    step = np.full(model.dim, 1e-9)
+    counter = [0]
+
+    def moving(q, kind: str) -> Callable[[], object]:
+        def call() -> object:
+            counter[0] += 1
+            a = theta + counter[0] * step
+            if kind == "ratio":
+                return q.clipped_ratio_sums(a + 0.01, a, 0.05)
+            return q.clipped_grad_sum(a, 1.0)
+        return call
+
+    agg = {(kind, name): best_time(moving(q, kind))
+           for kind in ("ratio", "grad") for name, q in (("native", model), ("per-row", per_row))}
+
     # Naive: one BridgeStan model per row, looped in Python (timed on a
     # subset of rows and scaled to n, to keep the run short).
     m = min(args.loop_rows, args.n)
@@ -119,6 +142,12 @@ def main() -> None:
     ]
     for name, t, base in rows:
         print(f"{name:42s}{t * 1e3:10.3f}ms{t / base:9.1f}x")
+    print()
+    print(f"{'aggregate queries (issue 16)':42s}{'C++':>12s}{'per-row+NumPy':>16s}{'gain':>8s}")
+    for kind, label in (("ratio", "clipped ratio sum (2 points, values)"),
+                        ("grad", "clipped gradient sum (1 point)")):
+        t_c, t_p = agg[(kind, "native")], agg[(kind, "per-row")]
+        print(f"{label:42s}{t_c * 1e3:10.3f}ms{t_p * 1e3:14.3f}ms{t_p / t_c:7.2f}x")
     print(f"per-row gradient cost: {rows_grad_1 / args.n * 1e9:.0f} ns/row on one core; "
           f"speed-up over the Python loop: {loop_g / rows_grad:.0f}x")
 
