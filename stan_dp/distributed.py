@@ -367,7 +367,10 @@ class ShardedModel:
         A synchronous client of the cluster.
     stan_file : path
         The Stan program (or a compiled library); compiled on the driver,
-        which reads only the program.
+        which reads only the program.  Workers load the compiled library
+        from the same path, or compile the program themselves where the
+        library is missing (on other machines: the program must be at the
+        same path there, e.g. on a shared file system).
     shards : sequence of path
         One Stan JSON data file per shard, opened by the worker that holds the
         shard (never by the driver).  Each holds the shard's rows and the same
@@ -493,6 +496,7 @@ class ShardedModel:
         self._dead_stats: list[str] = []
         self._groups_key: str | None = None
         self._groups_value: np.ndarray | None = None
+        self.zero_row_json: str | None = None
         self.recoveries = 0
 
         placement = self._placement(workers, k)
@@ -517,7 +521,7 @@ class ShardedModel:
         self._offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
         self.n_rows = int(self._offsets[-1])
         self.row_vars = tuple(first["row_vars"])
-        self.zero_row_json: str = first["zero_row_json"]
+        self.zero_row_json = first["zero_row_json"]
         seed = int(self._options.get("seed", 1234))
         # The driver's zero-row model: prior, Jacobian and transforms, no row.
         self.bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, seed=seed, warn=False)
@@ -656,7 +660,8 @@ class ShardedModel:
         except Exception as exc:  # noqa: BLE001 - reported as the cause of the failure
             raise _Lost(f"could not reload its data source: {_first_line(exc)}") from None
         facts = self._one(index, "describe", ())
-        if facts["n_rows"] != shard.n_rows or facts["zero_row_json"] != self.zero_row_json:
+        known = shard.n_rows >= 0 and self.zero_row_json is not None
+        if known and (facts["n_rows"] != shard.n_rows or facts["zero_row_json"] != self.zero_row_json):
             raise _Lost("its data source changed (another size or other shared data)")
         shard.pid = int(facts["pid"])
         if self._groups_key is not None and not self.owner_noise:
