@@ -168,7 +168,11 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=130, help="iterations of the long penalty run")
     parser.add_argument("--hmc", action="store_true", help="also time DP HMC")
     parser.add_argument("--leapfrog", type=int, default=5)
+    parser.add_argument("--hmc-iterations", type=int, nargs=2, default=[5, 25], metavar=("SHORT", "LONG"),
+                        help="iterations of the short and long DP HMC runs")
     parser.add_argument("--folder", default=None, help="where to write the shard files (default: temp)")
+    parser.add_argument("--fanout", type=int, nargs="*", default=[1, 2, 4, 8, 16],
+                        help="shard counts for the fan-out measurement (none: skip it)")
     parser.add_argument("--thread-pool", action="store_true",
                         help="run the queries in the workers' actor thread pools (inline=False)")
     args = parser.parse_args()
@@ -211,7 +215,7 @@ def main() -> None:
 
         query_time_in = best(query_in, repeat=3, number=20)
         pen_in, fit_in = per_iteration(penalty_runner(whole, args), args.short, args.long)
-        hmc_in = per_iteration(hmc_runner(whole, args), 5, 25)[0] if args.hmc else float("nan")
+        hmc_in = per_iteration(hmc_runner(whole, args), *args.hmc_iterations)[0] if args.hmc else float("nan")
         print(f"in-process: build {build_in:.1f} s, +{mem_in / 2**20:.0f} MiB RSS "
               f"({mem_in / n:.0f} B/row); one ratio query {query_time_in * 1e3:.2f} ms; "
               f"penalty {pen_in * 1e3:.2f} ms/iter"
@@ -251,7 +255,7 @@ def main() -> None:
                 handoff = best(lambda: client.sync(nothing), number=500)
                 pen, fit = per_iteration(penalty_runner(model, args), args.short, args.long)
                 same = np.array_equal(positions(fit), positions(fit_in))
-                hmc = per_iteration(hmc_runner(model, args), 5, 25)[0] if args.hmc else float("nan")
+                hmc = per_iteration(hmc_runner(model, args), *args.hmc_iterations)[0] if args.hmc else float("nan")
                 print(f"--- {workers} worker(s) x {threads} thread(s), {workers} shard(s) of "
                       f"{list(model.shard_sizes)} rows")
                 print(f"  build: ShardedModel {build_wall:.1f} s wall; per shard (on its worker) "
@@ -276,6 +280,32 @@ def main() -> None:
                     print(f"  DP HMC {hmc * 1e3:.1f} ms/iter (x{hmc / hmc_in:.2f} in-process; "
                           f"+{(hmc - hmc_in) * 1e3:.1f} ms, {args.leapfrog + 1} queries per iteration)")
                 model.close()
+                if workers == max(args.workers) and args.fanout:
+                    fanout(client, folder, args)
+
+
+def fanout(client, folder: Path, args) -> None:
+    """No-op round trip vs number of shards (tiny shards on the same workers): the driver's cost per shard."""
+    from stan_dp.distributed import ShardedModel
+
+    tiny = make_data(2000, args.d, seed=5)
+    out = []
+    for k in args.fanout:
+        paths = write_shards(folder, tiny, k)
+        model = ShardedModel(client, stan_dp.bundled_model("logistic_regression"), paths)
+        wall = best(model.ping, number=100)
+        cpu = time.process_time()
+        for _ in range(200):
+            model.ping()
+        out.append((k, wall, (time.process_time() - cpu) / 200))
+        model.close()
+    print("  fan-out, no-op round trip to k shards on these workers (driver CPU per round trip): "
+          + ", ".join(f"k={k}: {t * 1e3:.2f} ms ({c * 1e3:.2f})" for k, t, c in out))
+    if len(out) > 1:
+        slope = np.polyfit([k for k, _, _ in out], [t for _, t, _ in out], 1)[0]
+        cpu_slope = np.polyfit([k for k, _, _ in out], [c for _, _, c in out], 1)[0]
+        print(f"  least-squares slopes per extra shard: {slope * 1e3:.3f} ms wall, "
+              f"{cpu_slope * 1e3:.3f} ms driver CPU")
 
 
 if __name__ == "__main__":
