@@ -255,7 +255,8 @@ def main() -> None:
                 handoff = best(lambda: client.sync(nothing), number=500)
                 pen, fit = per_iteration(penalty_runner(model, args), args.short, args.long)
                 same = np.array_equal(positions(fit), positions(fit_in))
-                hmc = per_iteration(hmc_runner(model, args), *args.hmc_iterations)[0] if args.hmc else float("nan")
+                hmc = (per_iteration(hmc_runner(model, args), *args.hmc_iterations)[0]
+                       if args.hmc else float("nan"))
                 print(f"--- {workers} worker(s) x {threads} thread(s), {workers} shard(s) of "
                       f"{list(model.shard_sizes)} rows")
                 print(f"  build: ShardedModel {build_wall:.1f} s wall; per shard (on its worker) "

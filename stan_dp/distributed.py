@@ -501,40 +501,46 @@ class ShardedModel:
 
         placement = self._placement(workers, k)
         self._shards = [_Shard(i, str(path), placement[i]) for i, path in enumerate(shards)]
-        self._build([s.index for s in self._shards])
-        facts = self._call("describe", {s.index: () for s in self._shards})
-        first = facts[0]
-        for i in range(1, k):
-            other = facts[i]
-            for field in ("dim", "param_names", "row_vars"):
-                if other[field] != first[field]:
-                    raise ValueError(f"shard {i} differs from shard 0 in its {field.replace('_', ' ')}")
-            if other["zero_row_json"] != first["zero_row_json"]:
-                a, b = json.loads(first["zero_row_json"]), json.loads(other["zero_row_json"])
-                names = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
-                raise ValueError(f"shard {i}'s shared (non-row) data differ from shard 0's: "
-                                 f"{', '.join(names)} (every shard needs the same shared data)")
-        for s in self._shards:
-            s.n_rows = int(facts[s.index]["n_rows"])
-            s.build_seconds = float(facts[s.index]["build_seconds"])
-        self.shard_sizes = tuple(s.n_rows for s in self._shards)
-        self._offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
-        self.n_rows = int(self._offsets[-1])
-        self.row_vars = tuple(first["row_vars"])
-        self.zero_row_json = first["zero_row_json"]
-        seed = int(self._options.get("seed", 1234))
-        # The driver's zero-row model: prior, Jacobian and transforms, no row.
-        self.bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, seed=seed, warn=False)
-        self._prior = NativeRows(self.bridge.stanlib, self.zero_row_json, rows, list(self.row_vars),
-                                 seed, 1)
-        self.dim = int(self._prior.dim)
-        self.param_names = list(self.bridge.param_names())
-        if self.param_names != list(first["param_names"]) or self.dim != int(first["dim"]):
-            raise ValueError("the model's parameters depend on the rows (the zero-row model "
-                             "differs from the shards'); such a model cannot be split into rows")
-        self._layout = ParamLayout(self.param_names)
-        if self.owner_noise:
-            self.owner_labels = owner_labels or [str(i) for i in range(k)]
+        try:
+            self._build([s.index for s in self._shards])
+            facts = self._call("describe", {s.index: () for s in self._shards})
+            first = facts[0]
+            for i in range(1, k):
+                other = facts[i]
+                for field in ("dim", "param_names", "row_vars"):
+                    if other[field] != first[field]:
+                        raise ValueError(f"shard {i} differs from shard 0 in its "
+                                         f"{field.replace('_', ' ')}")
+                if other["zero_row_json"] != first["zero_row_json"]:
+                    a, b = json.loads(first["zero_row_json"]), json.loads(other["zero_row_json"])
+                    names = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+                    raise ValueError(f"shard {i}'s shared (non-row) data differ from shard 0's: "
+                                     f"{', '.join(names)} (every shard needs the same shared data)")
+            for s in self._shards:
+                s.n_rows = int(facts[s.index]["n_rows"])
+                s.build_seconds = float(facts[s.index]["build_seconds"])
+            self.shard_sizes = tuple(s.n_rows for s in self._shards)
+            self._offsets = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
+            self.n_rows = int(self._offsets[-1])
+            self.row_vars = tuple(first["row_vars"])
+            self.zero_row_json = first["zero_row_json"]
+            seed = int(self._options.get("seed", 1234))
+            # The driver's zero-row model: prior, Jacobian and transforms, no row.
+            self.bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, seed=seed,
+                                               warn=False)
+            self._prior = NativeRows(self.bridge.stanlib, self.zero_row_json, rows,
+                                     list(self.row_vars), seed, 1)
+            self.dim = int(self._prior.dim)
+            self.param_names = list(self.bridge.param_names())
+            if self.param_names != list(first["param_names"]) or self.dim != int(first["dim"]):
+                raise ValueError("the model's parameters depend on the rows (the zero-row model "
+                                 "differs from the shards'); such a model cannot be split into rows")
+            self._layout = ParamLayout(self.param_names)
+            if self.owner_noise:
+                self.owner_labels = owner_labels or [str(i) for i in range(k)]
+        except BaseException:
+            self.close()   # no actor outlives a model that failed to build
+            raise
 
     # ------------------------------------------------------------ placement --
     def _workers(self) -> dict[str, Any]:
@@ -882,7 +888,7 @@ class ShardedModel:
 
     def release_owner_ratio_sums(self, rng_noise: Any, theta_new: np.ndarray, theta_old: np.ndarray,
                                  bound: float, sd: float, *, temperature: float = 1.0) -> np.ndarray:
-        """Each owner's ``temperature * Σ clip(l_j(θ') − l_j(θ), ±bound) + N(0, sd²)``, noised on its worker.
+        """Each owner's ``T Σ clip(l_j(θ') − l_j(θ), ±bound) + N(0, sd²)``, noised on its worker.
 
         Parameters
         ----------

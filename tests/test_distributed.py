@@ -314,7 +314,8 @@ def _arrays(obj, seen=None, depth=0):
     seen.add(id(obj))
     if isinstance(obj, np.ndarray):
         return [obj]
-    if isinstance(obj, distributed.Client) or type(obj).__module__.startswith(("distributed", "bridgestan", "ctypes")):
+    skip = ("distributed", "bridgestan", "ctypes")
+    if isinstance(obj, distributed.Client) or type(obj).__module__.startswith(skip):
         return []
     children = []
     if isinstance(obj, dict):
