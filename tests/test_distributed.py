@@ -546,3 +546,26 @@ def test_owner_killed_comes_back_on_its_own_worker(client, owner_paths, monkeypa
         assert np.array_equal(positions(got), positions(want))
     finally:
         model.close()
+
+
+def test_hung_worker_times_out_and_its_shard_moves(fault_model, monkeypatch, client):
+    model, _ = fault_model
+    want = stan_dp.penalty(model, **dict(FAULT_RUN, iterations=40))
+    address = model.shard_addresses[1]
+    pid = client.run(os.getpid, workers=[address])[address]
+    model.timeout = 2.0
+    real, count = model._call, {"n": 0}
+
+    def stopping(method, calls):
+        count["n"] += 1
+        if count["n"] == 15:
+            os.kill(pid, signal.SIGSTOP)       # alive but silent: only the timeout notices
+        return real(method, calls)
+
+    monkeypatch.setattr(model, "_call", stopping)
+    try:
+        got = stan_dp.penalty(model, **dict(FAULT_RUN, iterations=40))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert model.recoveries == 1 and model.shard_addresses[1] != address
+    assert np.array_equal(positions(got), positions(want))
