@@ -31,6 +31,7 @@ Run:  python benchmarks/distributed.py [--n 200000 2000000] [--d 3] [--hmc]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import pickle
@@ -83,9 +84,10 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def per_iteration(run, short: int, long: int) -> tuple[float, object]:
+def per_iteration(run, short: int, long: int, warm: bool = True) -> tuple[float, object]:
     """Marginal seconds per iteration: (t(long) - t(short)) / (long - short), after a warm-up run."""
-    run(short)
+    if warm:
+        run(short)
     start = time.perf_counter()
     run(short)
     t_short = time.perf_counter() - start
@@ -167,6 +169,7 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=30, help="iterations of the short penalty run")
     parser.add_argument("--long", type=int, default=130, help="iterations of the long penalty run")
     parser.add_argument("--hmc", action="store_true", help="also time DP HMC")
+    parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (best kept)")
     parser.add_argument("--leapfrog", type=int, default=5)
     parser.add_argument("--hmc-iterations", type=int, nargs=2, default=[5, 25], metavar=("SHORT", "LONG"),
                         help="iterations of the short and long DP HMC runs")
@@ -204,45 +207,36 @@ def main() -> None:
         mem_in = rss() - before
         del data
         gc.collect()
+        print(f"in-process RowModel: build {build_in:.1f} s, +{mem_in / 2**20:.0f} MiB RSS "
+              f"({mem_in / n:.0f} B/row)")
         rng = np.random.default_rng(3)
         theta_old = rng.normal(size=whole.dim) * 0.1
         news = [theta_old + 0.002 * rng.normal(size=whole.dim) for _ in range(64)]
-        q = queries(whole)
-        counter = iter(range(10**9))
 
-        def query_in():
-            q.clipped_ratio_sums(news[next(counter) % 64], theta_old, 0.1)
-
-        query_time_in = best(query_in, repeat=3, number=20)
-        pen_in, fit_in = per_iteration(penalty_runner(whole, args), args.short, args.long)
-        hmc_in = per_iteration(hmc_runner(whole, args), *args.hmc_iterations)[0] if args.hmc else float("nan")
-        print(f"in-process: build {build_in:.1f} s, +{mem_in / 2**20:.0f} MiB RSS "
-              f"({mem_in / n:.0f} B/row); one ratio query {query_time_in * 1e3:.2f} ms; "
-              f"penalty {pen_in * 1e3:.2f} ms/iter"
-              + (f"; DP HMC (L={args.leapfrog}) {hmc_in * 1e3:.1f} ms/iter" if args.hmc else ""))
-        del whole, q
-        gc.collect()
-
-        for workers in args.workers:
-            threads = max(1, cores // workers)
-            with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
-                              host="127.0.0.1", dashboard_address=None,
-                              memory_limit=0) as cluster, Client(cluster) as client:
+        with contextlib.ExitStack() as stack:
+            configs: list[tuple[str, object, object]] = [("in-process", queries(whole), None)]
+            for workers in args.workers:
+                threads = max(1, cores // workers)
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=workers, threads_per_worker=threads, processes=True,
+                    host="127.0.0.1", dashboard_address=None, memory_limit=0))
+                client = stack.enter_context(Client(cluster))
                 idle = client.run(rss)
                 start = time.perf_counter()
                 model = ShardedModel(client, stan_dp.bundled_model("logistic_regression"),
                                      paths[workers], inline=not args.thread_pool)
                 build_wall = time.perf_counter() - start
+                stack.callback(model.close)
                 loaded = client.run(rss)
                 mem = {a: loaded[a] - idle[a] for a in loaded}
-                per_row = [mem[a] / model.shard_sizes[i]
-                           for i, a in enumerate(model.shard_addresses)]
-                counter2 = iter(range(10**9))
-
-                def query_sh():
-                    model.clipped_ratio_sums(news[next(counter2) % 64], theta_old, 0.1)
-
-                query_time = best(query_sh, repeat=3, number=20)
+                label = f"{workers} worker(s) x {threads} thread(s)"
+                configs.append((label, model, client))
+                print(f"--- {label}, shards of {list(model.shard_sizes)} rows")
+                print(f"  build: ShardedModel {build_wall:.1f} s wall; per shard (on its worker) "
+                      + ", ".join(f"{s:.1f} s" for s in model.build_seconds))
+                print("  worker RSS added by its shard: "
+                      + ", ".join(f"{mem[a] / 2**20:.0f} MiB ({mem[a] / model.shard_sizes[i]:.0f} B/row)"
+                                  for i, a in enumerate(model.shard_addresses)))
                 ping = best(model.ping, number=200)
                 raw = best(lambda: client.sync(model._gather, "ping",
                                                {i: () for i in range(len(model.shard_sizes))}, None),
@@ -253,36 +247,51 @@ def main() -> None:
                     return None
 
                 handoff = best(lambda: client.sync(nothing), number=500)
-                pen, fit = per_iteration(penalty_runner(model, args), args.short, args.long)
-                same = np.array_equal(positions(fit), positions(fit_in))
-                hmc = (per_iteration(hmc_runner(model, args), *args.hmc_iterations)[0]
-                       if args.hmc else float("nan"))
-                print(f"--- {workers} worker(s) x {threads} thread(s), {workers} shard(s) of "
-                      f"{list(model.shard_sizes)} rows")
-                print(f"  build: ShardedModel {build_wall:.1f} s wall; per shard (on its worker) "
-                      + ", ".join(f"{s:.1f} s" for s in model.build_seconds))
-                print("  worker RSS added by its shard: "
-                      + ", ".join(f"{mem[a] / 2**20:.0f} MiB ({b:.0f} B/row)"
-                                  for a, b in zip(model.shard_addresses, per_row)))
                 print(f"  round trip, no-op to every shard: {ping * 1e3:.2f} ms "
                       f"(raw RPC gather {raw * 1e3:.2f} ms, ShardedModel bookkeeping "
                       f"{(ping - raw) * 1e3:.2f} ms)")
-                print(f"  driver thread -> client event loop -> back (client.sync of nothing): "
-                      f"{handoff * 1e3:.3f} ms")
-                print(f"  serialisation per penalty round trip (dumps+loads, both ends, all "
-                      f"shards): {ser * 1e3:.3f} ms = {ser / ping:.0%} of the no-op round trip; "
-                      f"{wire} bytes")
-                print(f"  one ratio query {query_time * 1e3:.2f} ms "
-                      f"(x{query_time / query_time_in:.2f} in-process; "
-                      f"+{(query_time - query_time_in) * 1e3:.2f} ms)")
-                print(f"  penalty {pen * 1e3:.2f} ms/iter (x{pen / pen_in:.2f} in-process; "
-                      f"+{(pen - pen_in) * 1e3:.2f} ms per iteration); draws equal in-process: {same}")
-                if args.hmc:
-                    print(f"  DP HMC {hmc * 1e3:.1f} ms/iter (x{hmc / hmc_in:.2f} in-process; "
-                          f"+{(hmc - hmc_in) * 1e3:.1f} ms, {args.leapfrog + 1} queries per iteration)")
-                model.close()
-                if workers == max(args.workers) and args.fanout:
-                    fanout(client, folder, args)
+                print(f"  of which: driver thread -> client event loop -> back (client.sync of "
+                      f"nothing) {handoff * 1e3:.3f} ms; serialisation of a penalty round trip "
+                      f"(dumps+loads, both ends, all shards) {ser * 1e3:.3f} ms = "
+                      f"{ser / ping:.0%}, {wire} bytes")
+
+            # Interleaved repetitions, best of each: the machine may be shared.
+            times: dict[str, dict[str, float]] = {c[0]: {} for c in configs}
+            fits = {}
+            for rep in range(args.reps):
+                for label, model, _ in configs:
+                    counter = iter(range(10**9))
+
+                    def query(model=model, counter=counter):
+                        model.clipped_ratio_sums(news[next(counter) % 64], theta_old, 0.1)
+
+                    got = {"query": best(query, repeat=2, number=10)}
+                    got["penalty"], fits[label] = per_iteration(
+                        penalty_runner(model, args), args.short, args.long, warm=rep == 0)
+                    if args.hmc:
+                        got["hmc"] = per_iteration(hmc_runner(model, args), *args.hmc_iterations,
+                                                   warm=rep == 0)[0]
+                    for key, value in got.items():
+                        times[label][key] = min(times[label].get(key, float("inf")), value)
+            base = times["in-process"]
+            print(f"\n  best of {args.reps} interleaved repetitions (ms; ratio and difference "
+                  "against in-process)")
+            keys = ["query", "penalty"] + (["hmc"] if args.hmc else [])
+            names = {"query": "one ratio query", "penalty": "penalty per iteration",
+                     "hmc": f"DP HMC per iteration (L={args.leapfrog}: {args.leapfrog} gradient "
+                            "queries + 1 ratio query)"}
+            for key in keys:
+                row = [f"{label}: {times[label][key] * 1e3:.2f}" + (
+                    "" if label == "in-process" else
+                    f" (x{times[label][key] / base[key]:.2f}, "
+                    f"{(times[label][key] - base[key]) * 1e3:+.2f})")
+                       for label, _, _ in configs]
+                print(f"  {names[key]}: " + "; ".join(row))
+            same = all(np.array_equal(positions(fits[label]), positions(fits["in-process"]))
+                       for label in fits)
+            print(f"  penalty draws of every configuration equal the in-process draws: {same}")
+            if args.fanout:
+                fanout(configs[-1][2], folder, args)
 
 
 def fanout(client, folder: Path, args) -> None:
