@@ -235,10 +235,10 @@ def _check_sources(args: argparse.Namespace) -> None:
     if args.scheduler is None:
         raise ValueError("--shards needs --scheduler ADDRESS (a Dask scheduler, or 'local' for a "
                          "cluster on this machine)")
-    if (args.relation or "replace_one") != "replace_one":
-        raise ValueError("--shards supports --relation replace_one only: the driver uses the "
-                         "shard sizes, which are public under replace-one but private under "
-                         "add/remove")
+    if args.owners and (args.relation or "replace_one") != "replace_one":
+        raise ValueError("--owners supports --relation replace_one only: the owners' shard sizes "
+                         "reach the driver, and they are public under replace-one but private "
+                         "under add/remove")
     if args.owners and args.sampler != "penalty":
         raise ValueError("--owners (each data owner adds its own noise) works with --sampler "
                          "penalty only")

@@ -33,9 +33,13 @@ The shards' sizes (to translate global row indices and to know ``n``) and the
 shared, non-row data (the zero-row model, for the prior and the parameter
 transforms).  The sizes are public under the replace-one relation (a
 neighbouring data set changes one row's values, never which shard holds how
-many rows); under add/remove they are private, and a ShardedModel supports
-replace-one only (:attr:`ShardedModel.relation`).  Shared data are public
-in this package's privacy model: the prior depends on them and on no row.
+many rows).  Under add/remove they are private.  With a single curator the
+driver is the curator: it knows the sizes as an in-process driver knows
+``n``, and publishes nothing derived from them (the samplers' add/remove
+rules for ``n``), so both relations work.  In owners mode the sizes leave
+the owners for a driver they do not trust: that mode is replace-one only
+(:attr:`ShardedModel.relations`).  Shared data are public in this
+package's privacy model: the prior depends on them and on no row.
 
 Faults
 ------
@@ -416,9 +420,13 @@ class ShardedModel:
         Total rows (the sum of the public shard sizes).
     shard_sizes : tuple of int
         Rows per shard, public under replace-one.
-    relation : str
-        ``"replace_one"``: the only relation under which the shard sizes
-        the driver uses are public.
+    relations : tuple of str
+        The neighbouring relations the model supports: both with a single
+        curator (the driver is the curator; under add/remove it treats the
+        shard sizes as it treats ``n``, publishing nothing derived from
+        them), ``("replace_one",)`` in owners mode (the owners' sizes reach
+        the driver, public only under replace-one).  A sampler must refuse
+        any other.
     owner_noise : bool
         True in owners mode (samplers then ask for released values only).
     owner_labels : list of str
@@ -433,8 +441,6 @@ class ShardedModel:
         For bad arguments, or shards whose shared data, parameters or row
         variables differ.
     """
-
-    relation = "replace_one"
 
     def __init__(self, client: Any, stan_file: str | os.PathLike[str], shards: Sequence[Any],
                  rows: str = "N", owners: bool = False, *,
@@ -478,6 +484,7 @@ class ShardedModel:
 
         self._client = client
         self.owner_noise = bool(owners)
+        self.relations = ("replace_one",) if owners else ("replace_one", "add_remove")
         self.rows_var = rows
         self.max_attempts = int(max_attempts)
         self.timeout = None if timeout is None else float(timeout)

@@ -110,6 +110,7 @@ def test_facts_and_placement(sharded, whole, client):
     assert len(set(sharded.shard_addresses)) == 2
     assert os.getpid() not in sharded.shard_pids
     assert json.loads(sharded.zero_row_json) == {"N": 0, "D": 3, "X": [], "y": [], "prior_scale": 2.5}
+    assert sharded.relations == ("replace_one", "add_remove")
 
 
 def test_prior_and_transforms_equal_in_process(sharded, whole):
@@ -245,6 +246,15 @@ def test_penalty_draws_equal_in_process(sharded, whole):
         assert got.posterior.attrs[key] == want.posterior.attrs[key]
 
 
+def test_single_curator_under_add_remove_equals_in_process(sharded, whole):
+    # The driver is the curator: it knows the shard sizes as an in-process
+    # driver knows n, and publishes neither.
+    run = dict(PENALTY, relation="add_remove", iterations=30)
+    got, want = stan_dp.penalty(sharded, **run), stan_dp.penalty(whole, **run)
+    assert np.array_equal(positions(got), positions(want))
+    assert "n_rows" not in got.posterior.attrs and "n_rows" not in want.posterior.attrs
+
+
 @pytest.mark.parametrize("name,kwargs,exact", [
     ("subsampled_penalty", dict(batch_size=60, clip=1.0, step_size=0.05), True),
     ("barker", dict(batch_size=40, step_size=0.01, epsilon=20.0, iterations=10), True),
@@ -359,6 +369,7 @@ def test_owners_refuse_unnoised_queries(owners_model):
                  lambda: owners_model.reduce(None, count_above, [0.0])):
         with pytest.raises(OwnerNoiseError, match="un-noised"):
             call()
+    assert owners_model.relations == ("replace_one",)   # the owners' sizes reach the driver
     # The owner's own actor refuses too, whatever the driver does.
     shard = owners_model._shards[0]
     (_, status, exc), = owners_model._client.sync(
@@ -447,8 +458,8 @@ def test_cli_sample_on_shards(cluster, shard_paths, capsys):
     # Refused before any work, one line each.
     for extra, message in (
             (["--shards", *shard_paths], "needs --scheduler"),
-            (["--shards", *shard_paths, "--scheduler", address, "--relation", "add_remove"],
-             "replace_one only"),
+            (["--shards", *shard_paths[:2], "--scheduler", address, "--owners", "--relation",
+              "add_remove"], "replace_one only"),
             (["--data", shard_paths[0], "--owners"], "go with --shards"),
             ([], "--data DATA.json, or as --shards")):
         assert main(base + extra) == 2
