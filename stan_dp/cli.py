@@ -262,7 +262,7 @@ def _model(args: argparse.Namespace) -> Iterator[object]:
         if args.scheduler == "local":
             cluster = stack.enter_context(LocalCluster(
                 n_workers=len(args.shards), threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None))
+                host="127.0.0.1", dashboard_address=":0"))   # any free port, never a clash
             client = stack.enter_context(Client(cluster))
         else:
             client = stack.enter_context(Client(args.scheduler))

@@ -469,6 +469,18 @@ def test_cli_sample_on_shards(cluster, shard_paths, capsys):
     assert "--sampler penalty only" in capsys.readouterr().err
 
 
+def test_cli_scheduler_local_starts_its_own_cluster(shard_paths, capsys, tmp_path):
+    from stan_dp.cli import main
+
+    out = tmp_path / "fit.nc"
+    argv = ["sample", str(stan_dp.bundled_model("logistic_regression")), "--epsilon", "2",
+            "--delta", "1e-5", "--sampler", "penalty", "--clip", "1", "--step-size", "0.05",
+            "--iterations", "10", "--chains", "1", "--seed", "5", "--quiet",
+            "--shards", *shard_paths[:2], "--scheduler", "local", "--output", str(out)]
+    assert main(argv) == 0
+    assert "privacy report" in capsys.readouterr().out and out.is_file()
+
+
 # ----------------------------------------------------------------- (d) faults
 
 FAULT_RUN = dict(PENALTY, iterations=100)
