@@ -275,7 +275,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
 def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
               relation: str, public_n: int | None, init: Any,
               settings: AdaptationSettings = AdaptationSettings()):
-    check_row_density(model, gradients=True)
+    check_row_density(model, gradients=True, relation=relation)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=draws, noise=None, chains=chains,
                       warmup=0, relation=relation, seed=seed)
     start = _validated_start(model, init)
@@ -371,7 +371,7 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     from stan_dp.samplers.penalty import penalty
     from stan_dp.samplers.subsampled import subsampled_penalty
 
-    check_row_density(model, gradients=True)
+    check_row_density(model, gradients=True, relation=relation)
     if method in ("subsampled_penalty", "barker") and relation != "replace_one":
         raise ValueError(f"{method} is accounted for replace-one neighbours only")
     if not (isinstance(adaptation_share, float) and 0.0 < adaptation_share < 1.0):

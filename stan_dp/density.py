@@ -137,7 +137,8 @@ def _check_common(model: object, kind: str, methods: tuple[str, ...], ints: tupl
         )
 
 
-def check_row_density(model: object, *, gradients: bool = False) -> None:
+def check_row_density(model: object, *, gradients: bool = False, relation: str | None = None,
+                      owners_ok: bool = False) -> None:
     """Check that ``model`` satisfies :class:`RowDensity` without touching data.
 
     A density that answers the aggregate queries of :mod:`stan_dp.aggregates`
@@ -151,12 +152,31 @@ def check_row_density(model: object, *, gradients: bool = False) -> None:
         Candidate density.
     gradients : bool
         Also require ``row_log_lik_grad`` (gradient-based samplers).
+    relation : str, optional
+        The run's neighbouring relation: refused if the model declares the
+        relations it supports (``relations``) and this is not one of them.
+    owners_ok : bool
+        The caller is the penalty sampler, the one algorithm whose only data
+        release is a sum each owner can noise itself (seed 000, Algorithm 2).
+        Every other caller refuses a model whose owners add the noise.
 
     Raises
     ------
     TypeError
         If an attribute or method is missing or malformed.
     """
+    if getattr(model, "owner_noise", False) and not owners_ok:
+        raise TypeError(
+            f"{type(model).__name__} holds its rows with data owners who add their own noise "
+            "(multi-owner, seed 000's Algorithm 2): only the penalty sampler runs on it, with "
+            "clip and step_size given; the gradient samplers, the minibatch samplers and the "
+            "private adaptation need un-noised sums, which never leave an owner")
+    supported = getattr(model, "relations", None)
+    if relation is not None and supported is not None and relation not in tuple(supported):
+        raise ValueError(
+            f"{type(model).__name__} supports relation={' or '.join(map(repr, supported))} only, "
+            f"not {relation!r}" + (" (the owners' shard sizes leave them, and are public only "
+                                   "under replace-one)" if getattr(model, "owner_noise", False) else ""))
     if _has_queries(model, gradients):
         # Rows held elsewhere (stan_dp.aggregates): the clipped-sum queries
         # stand in for the per-row methods.

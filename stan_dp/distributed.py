@@ -89,6 +89,13 @@ __all__ = [
 ROWMODEL_OPTIONS = ("row_vars", "threads", "seed", "check", "stanc_args", "cache_dir", "cmdstan")
 
 
+#: Shard methods that always run in the actor's thread pool, whatever ``inline``:
+#: a row statistic of the private adaptation evaluates 2 dim + 1 gradients per
+#: row (about a minute on 2e6 rows at dim 11), too long to hold a worker's event
+#: loop (its heartbeats and comms stop meanwhile).
+_HEAVY = frozenset({"statistic"})
+
+
 class ShardFailure(RuntimeError):
     """A shard could not answer a query (or be built) after the allowed attempts.
 
@@ -408,7 +415,8 @@ class ShardedModel:
         thread pool: one thread hop less per round trip (0.2-0.6 ms on the
         2-core test machine), but the worker's loop is busy while a query
         computes (Dask logs a warning past ~3 s).  Set False for shards whose
-        queries take seconds.
+        queries take seconds.  The adaptation's row statistics always run in
+        the thread pool.
     **rowmodel_kwargs
         ``row_vars``, ``threads`` (default: the worker's thread count),
         ``seed``, ``check``, ``stanc_args``, ``cache_dir``, ``cmdstan``, as
@@ -710,7 +718,7 @@ class ShardedModel:
                     raise _Lost("the shard has no actor")
                 call = self._client.rpc(shard.address).actor_execute(
                     function="call", actor=shard.key, args=[dask_pickle.dumps((method, args))],
-                    kwargs={"separate_thread": False} if self.inline else {})
+                    kwargs={"separate_thread": False} if self.inline and method not in _HEAVY else {})
                 response = await (call if timeout is None else asyncio.wait_for(call, timeout))
             except Exception as exc:  # noqa: BLE001 - any failure to get an answer: lost
                 return index, "lost", exc

@@ -282,3 +282,46 @@ def test_the_automatic_path_runs_on_rows_held_elsewhere(method):
     for name in here.posterior.data_vars:
         np.testing.assert_array_equal(here.posterior[name].values, away.posterior[name].values)
     assert here.attrs["epsilon_spent"] == away.attrs["epsilon_spent"]
+
+
+class _OwnersStandIn:
+    """A model whose owners add their own noise (the interface of ShardedModel(owners=True))."""
+
+    owner_noise = True
+    owner_labels = ["a", "b"]
+    relations = ("replace_one",)
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self.n_rows, self.dim, self.param_names = inner.n_rows, inner.dim, inner.param_names
+
+    def log_prior(self, theta):
+        return self._inner.log_prior(theta)
+
+    def constrain(self, theta):
+        return self._inner.constrain(theta)
+
+    def release_owner_ratio_sums(self, rng_noise, theta_new, theta_old, bound, sd, *, temperature=1.0):
+        raise AssertionError("refused runs must not reach the owners")
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: stan_dp.subsampled_penalty(m, epsilon=1.0, delta=1e-5, batch_size=10, clip=1.0,
+                                         step_size=0.1, iterations=5),
+    lambda m: stan_dp.barker(m, epsilon=8.0, delta=1e-5, batch_size=10, step_size=0.1, iterations=5),
+    lambda m: stan_dp.hmc(m, epsilon=1.0, delta=1e-5),
+    lambda m: stan_dp.sample(m, epsilon=1.0, delta=1e-5),
+    lambda m: stan_dp.penalty(m, epsilon=1.0, delta=1e-5),   # no knobs: the adaptation
+], ids=["subsampled", "barker", "hmc", "sample", "penalty-auto"])
+def test_owners_models_are_refused_by_every_sampler_but_the_penalty(call):
+    """Only the penalty's release can be noised by each owner; the rest is refused up front."""
+    model = _OwnersStandIn(NormalMean(np.zeros(20)))
+    with pytest.raises(TypeError, match="only the penalty sampler runs on it"):
+        call(model)
+
+
+def test_a_relation_the_model_does_not_support_is_refused_before_any_release():
+    model = _OwnersStandIn(NormalMean(np.zeros(20)))
+    with pytest.raises(ValueError, match="supports relation='replace_one' only"):
+        stan_dp.penalty(model, epsilon=1.0, delta=1e-5, clip=1.0, step_size=0.1, iterations=5,
+                        relation="add_remove", public_owners=None)

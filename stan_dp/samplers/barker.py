@@ -270,7 +270,7 @@ def barker(
                           free={"proposal": "gaussian", "temperature": 1.0, "n0": None,
                                 "correction_variance": DEFAULT_CORRECTION_VARIANCE,
                                 "release_nonprivate": ()})
-    check_row_density(model)
+    check_row_density(model, relation=relation)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=None,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
     if relation != "replace_one":

@@ -714,7 +714,7 @@ def hmc(
     stan_dp.accounting.PrivacyBudgetError
         If the run does not fit the budget — before any data is touched.
     """
-    check_row_density(model, gradients=True)
+    check_row_density(model, gradients=True, relation=relation)
     warmup = DEFAULT_WARMUP if warmup is None else warmup
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)

@@ -397,7 +397,7 @@ def penalty(
                           free={"noise": None, "proposal": "gaussian", "temperature": 1.0,
                                 "owners": None, "public_owners": None,
                                 "release_clip_fraction": False})
-    check_row_density(model)
+    check_row_density(model, relation=relation, owners_ok=True)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
     clip = _validate_positive("clip", clip)

@@ -258,7 +258,7 @@ def subsampled_penalty(
                           knobs=("batch_size", "clip", "step_size"),
                           free={"noise": None, "proposal": "gaussian", "temperature": 1.0, "n0": None,
                                 "release_nonprivate": ()})
-    check_row_density(model)
+    check_row_density(model, relation=relation)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=noise,
                       chains=chains, warmup=warmup, relation=relation, seed=seed)
     if relation != "replace_one":
