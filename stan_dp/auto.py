@@ -44,6 +44,7 @@ from stan_dp.adaptation.newton import (
     AdaptationResult,
     AdaptationSettings,
     adaptation_releases,
+    clip_inflation,
     private_mode,
     round_count,
 )
@@ -221,7 +222,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     settings = settings._replace(rounds=round_count(settings, n_public, dim,
                                                     pld_mean_budget(epsilon, delta) * share))
     final_share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
-    fc = forecast(n_public, dim, epsilon, delta, relation=relation, kappa=settings.kappa,
+    fc = forecast(n_public, dim, epsilon, delta, relation=relation,
+                  kappa=clip_inflation(settings, n_public),
                   share=final_share * share)
     attrs: dict[str, Any] = {"warnings": ""}
     if fc.worst_error > FORECAST_LIMIT:
@@ -355,7 +357,7 @@ def choose_method(n_public: int, dim: int, epsilon: float, delta: float, relatio
     """
     m = pld_mean_budget(epsilon, delta) * (1.0 - MCMC_ADAPTATION_SHARE)
     z = math.sqrt((4 * (MCMC_ITERATIONS + MCMC_WARMUP)) / (2.0 * m))
-    clip = settings.kappa * whitened_grad_scale(n_public, dim)
+    clip = clip_inflation(settings, n_public) * whitened_grad_scale(n_public, dim)
     factor = 2.0 if relation == "replace_one" else 1.0
     sd = factor * z * clip * 2.38
     return "penalty" if sd <= 2.0 else "gaussian"
@@ -389,7 +391,7 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     start = _validated_start(model, init)
     d = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
-    clip = float(options.pop("clip", settings.kappa * whitened_grad_scale(n_public, d)))
+    clip = float(options.pop("clip", clip_inflation(settings, n_public) * whitened_grad_scale(n_public, d)))
     factor = 2.0 if relation == "replace_one" else 1.0
     max_step = 2.38 / math.sqrt(d)
     # The adaptation's releases are fixed by the budget split alone, so the

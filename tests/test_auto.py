@@ -21,7 +21,8 @@ import densities
 import stan_dp
 from stan_dp.adaptation.forecast import forecast, gdp_mu, whitened_grad_scale
 from stan_dp.adaptation.forecast import pld_mean_budget
-from stan_dp.adaptation.newton import AdaptationSettings, adaptation_releases, round_count
+from stan_dp.adaptation.newton import (AdaptationSettings, adaptation_releases, clip_inflation,
+                                       round_count)
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.honesty import UtilityWarning
@@ -132,7 +133,7 @@ def test_small_budget_warns_before_and_after():
 def fc_error(n, d, eps):
     s = AdaptationSettings()
     share = (1 - s.quantile_share) * (1 - s.clip_share) * (1 - s.hessian_share)
-    return forecast(n, d, eps, 1e-5, kappa=s.kappa, share=share).expected_error
+    return forecast(n, d, eps, 1e-5, kappa=clip_inflation(s, n), share=share).expected_error
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -343,3 +344,45 @@ def test_chain_after_adaptation_raises_each_warning_once():
     assert sum("forecast" in m for m in raised) == 1            # the adaptation's, once
     assert len(raised) == len(set(raised))
     assert set(fit.attrs["warnings"].split("\n")) == set(raised)   # and all of them recorded
+
+
+def test_clip_inflation_keeps_the_clipping_bias_from_growing_with_n():
+    """The root of the noiseless clipped score, in the exact posterior's frame, at n = 1e6.
+
+    At the fixed kappa = 3 it sits 0.09 sd from the exact mode (the bias grows
+    like sqrt(n): 0.03 sd at 1e5, 0.15 at 4e6); clip_inflation raises kappa
+    with n (3.5 here) and brings it within 0.02 sd.  Closed-form oracle: the
+    exact mode and covariance by Newton's method on the full data.
+    """
+    from scipy import optimize, stats
+
+    n, d = 10**6, 3
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(n, d))
+    y = rng.binomial(1, 1 / (1 + np.exp(-(0.3 + z @ np.array([0.8, -0.5, 0.3]))))).astype(float)
+    x = np.column_stack([np.ones(n), z])
+    mode = np.zeros(d + 1)
+    for _ in range(20):
+        p = 1 / (1 + np.exp(-(x @ mode)))
+        h = (x * (p * (1 - p))[:, None]).T @ x + np.eye(d + 1) / 100.0
+        mode = mode + np.linalg.solve(h, x.T @ (y - p) - mode / 100.0)
+    cov = np.linalg.inv(h)
+    frame, sd = np.linalg.cholesky(cov), np.sqrt(np.diag(cov))
+    c_w = np.sqrt(stats.chi2.ppf(0.9, d + 1) / n)
+
+    def bias(kappa: float) -> float:
+        def score(u):
+            theta = mode + frame @ u
+            g = ((y - 1 / (1 + np.exp(-(x @ theta))))[:, None] * x) @ frame
+            norm = np.linalg.norm(g, axis=1)
+            g *= np.minimum(1.0, kappa * c_w / np.maximum(norm, 1e-300))[:, None]
+            return g.sum(axis=0) - frame.T @ theta / 100.0
+        u = optimize.root(score, np.zeros(d + 1), method="hybr").x
+        return float(np.max(np.abs(frame @ u) / sd))
+
+    kappa = clip_inflation(AdaptationSettings(), n)
+    assert kappa == pytest.approx(3.5)
+    assert clip_inflation(AdaptationSettings(), 10**4) == 3.0
+    assert clip_inflation(AdaptationSettings(kappa=2.0), n) == 2.0
+    assert bias(3.0) > 0.06
+    assert bias(kappa) < 0.02
