@@ -699,6 +699,76 @@ void touch_rows(const sdp_rows& r, const long long* idx, long long begin, long l
   }
 }
 
+/// Arguments of a row call: without an index m must be the row count;
+/// every index must be a row.  Neither the index nor the row count is
+/// quoted (the count is private under add/remove).
+void check_rows(const sdp_rows& r, const long long* idx, long long m) {
+  const long long n = static_cast<long long>(r.rows.size());
+  if (idx == nullptr && m != n)
+    throw std::invalid_argument("without an index, m must equal the row count");
+  if (idx != nullptr)
+    for (long long k = 0; k < m; ++k)
+      if (idx[k] < 0 || idx[k] >= n) throw std::out_of_range("a row index is out of range");
+}
+
+/// The zero-row part at x (value, and gradient into g0 when not null),
+/// once per call.  A reject gives NaN (every row is then NaN); any other
+/// exception fails the call with a message free of data values.
+double zero_row_part(const sdp_rows& r, const Eigen::VectorXd& x, double* g0, const char* where) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  try {
+    return g0 == nullptr ? log_density_value<false, true>(*r.empty, x, outstream)
+                         : log_density_grad<false, true>(*r.empty, x, g0, outstream);
+  } catch (const std::domain_error&) {
+    if (g0 != nullptr) std::fill(g0, g0 + r.dim, nan);
+    return nan;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(withheld_message(where, exception_kind(e)));
+  } catch (...) {
+    throw std::runtime_error(withheld_message(where, "a non-standard exception"));
+  }
+}
+
+/// One row's value (and gradient into gk when not null).  Whatever the row
+/// throws is that row's NaN, nothing more: no message is kept and the other
+/// rows are evaluated as usual (the nested autodiff scope has been unwound
+/// by then).
+double row_value(const stan_model& model, const Eigen::VectorXd& x, double lp0,
+                 const double* g0, double* gk, int d) {
+  try {
+    if (gk == nullptr) return log_density_value<false, true>(model, x, nullptr) - lp0;
+    const double v = log_density_grad<false, true>(model, x, gk, nullptr) - lp0;
+    for (int j = 0; j < d; ++j) gk[j] -= g0[j];
+    return v;
+  } catch (...) {
+    if (gk != nullptr) std::fill(gk, gk + d, std::numeric_limits<double>::quiet_NaN());
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+/// Per-row values into out[0..m) (and row-major gradients into grad when
+/// not null) for the rows idx (all rows in order when null), in parallel.
+void evaluate_rows(const sdp_rows& r, const Eigen::VectorXd& x, double lp0, const double* g0,
+                   const long long* idx, long long m, double* out, double* grad) {
+  const int d = r.dim;
+  auto body = [&](const tbb::blocked_range<long long>& range) {
+    ensure_autodiff_stack();
+    for (long long k = range.begin(); k < range.end(); ++k) {
+      // An index subset: read each block of rows before evaluating it
+      // (all rows in order need nothing: the hardware prefetches).
+      if (idx != nullptr && (k - range.begin()) % touch_block == 0)
+        touch_rows(r, idx, k, range.end());
+      out[k] = row_value(*r.rows[idx == nullptr ? k : idx[k]], x, lp0, g0,
+                         grad == nullptr ? nullptr : grad + k * d, d);
+    }
+  };
+  const long long grain = grad == nullptr ? 256 : 64;
+  r.arena->execute([&] {
+    tbb::parallel_for(tbb::blocked_range<long long>(0, m, grain), body,
+                      tbb::simple_partitioner());
+  });
+}
+
 }  // namespace
 
 int sdp_abi_version = 1;
@@ -940,67 +1010,12 @@ int sdp_row_log_lik(const sdp_rows* r, const double* theta,
                     double* grad, char** error_msg) {
   try {
     ensure_autodiff_stack();
-    const int d = r->dim;
-    const long long n = static_cast<long long>(r->rows.size());
-    if (idx == nullptr && m != n)
-      throw std::invalid_argument("without an index, m must equal the row count");
-    // Neither the index nor the row count is quoted: the count is private
-    // under add/remove.
-    if (idx != nullptr)
-      for (long long k = 0; k < m; ++k)
-        if (idx[k] < 0 || idx[k] >= n)
-          throw std::out_of_range("a row index is out of range");
-    const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-
-    // The zero-row part, once per call.  A reject makes every row NaN; any
-    // other exception fails the call with a message free of data values.
-    double lp0 = nan;
-    Eigen::VectorXd g0 = Eigen::VectorXd::Constant(d, nan);
-    try {
-      lp0 = grad == nullptr
-                ? log_density_value<false, true>(*r->empty, x, outstream)
-                : log_density_grad<false, true>(*r->empty, x, g0.data(), outstream);
-    } catch (const std::domain_error&) {
-      lp0 = nan;
-      g0.setConstant(nan);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(withheld_message("sdp_row_log_lik", exception_kind(e)));
-    } catch (...) {
-      throw std::runtime_error(
-          withheld_message("sdp_row_log_lik", "a non-standard exception"));
-    }
-
-    auto body = [&](const tbb::blocked_range<long long>& range) {
-      ensure_autodiff_stack();
-      for (long long k = range.begin(); k < range.end(); ++k) {
-        // An index subset: read each block of rows before evaluating it
-        // (all rows in order need nothing: the hardware prefetches).
-        if (idx != nullptr && (k - range.begin()) % touch_block == 0)
-          touch_rows(*r, idx, k, range.end());
-        const stan_model& model = *r->rows[idx == nullptr ? k : idx[k]];
-        try {
-          if (grad == nullptr) {
-            out[k] = log_density_value<false, true>(model, x, nullptr) - lp0;
-          } else {
-            double* gk = grad + k * d;
-            out[k] = log_density_grad<false, true>(model, x, gk, nullptr) - lp0;
-            for (int j = 0; j < d; ++j) gk[j] -= g0[j];
-          }
-        } catch (...) {
-          // Whatever one row throws is that row's NaN, nothing more: no
-          // message is kept and the other rows are evaluated as usual.
-          // (The nested autodiff scope has been unwound by now.)
-          out[k] = nan;
-          if (grad != nullptr) std::fill(grad + k * d, grad + (k + 1) * d, nan);
-        }
-      }
-    };
-    const long long grain = grad == nullptr ? 256 : 64;
-    r->arena->execute([&] {
-      tbb::parallel_for(tbb::blocked_range<long long>(0, m, grain), body,
-                        tbb::simple_partitioner());
-    });
+    check_rows(*r, idx, m);
+    const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, r->dim);
+    std::vector<double> g0(grad == nullptr ? 0 : r->dim);
+    const double lp0 = zero_row_part(*r, x, grad == nullptr ? nullptr : g0.data(),
+                                     "sdp_row_log_lik");
+    evaluate_rows(*r, x, lp0, g0.data(), idx, m, out, grad);
     return 0;
   } catch (const std::exception& e) {
     set_error(error_msg, e.what());
@@ -1055,38 +1070,6 @@ void cache_put(sdp_rows& r, const double* theta, std::vector<double>&& values) {
   trim_cache(r);
 }
 
-/// The zero-row part at x (value, and gradient when g0 is not null).  A
-/// reject gives NaN (every row then NaN); anything else fails the call with
-/// a message free of data values.
-double zero_row_part(const sdp_rows& r, const Eigen::VectorXd& x, double* g0, const char* where) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  try {
-    return g0 == nullptr ? log_density_value<false, true>(*r.empty, x, outstream)
-                         : log_density_grad<false, true>(*r.empty, x, g0, outstream);
-  } catch (const std::domain_error&) {
-    if (g0 != nullptr) std::fill(g0, g0 + r.dim, nan);
-    return nan;
-  } catch (const std::exception& e) {
-    throw std::runtime_error(withheld_message(where, exception_kind(e)));
-  } catch (...) {
-    throw std::runtime_error(withheld_message(where, "a non-standard exception"));
-  }
-}
-
-/// One row's value (and gradient into gk when not null), NaN when it throws.
-double row_value(const stan_model& model, const Eigen::VectorXd& x, double lp0,
-                 const double* g0, double* gk, int d) {
-  try {
-    if (gk == nullptr) return log_density_value<false, true>(model, x, nullptr) - lp0;
-    const double v = log_density_grad<false, true>(model, x, gk, nullptr) - lp0;
-    for (int j = 0; j < d; ++j) gk[j] -= g0[j];
-    return v;
-  } catch (...) {
-    if (gk != nullptr) std::fill(gk, gk + d, std::numeric_limits<double>::quiet_NaN());
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-}
-
 /// Per-row values at theta for the query's rows (all rows when idx is null).
 std::vector<double> evaluate_values(const sdp_rows& r, const double* theta,
                                     const long long* idx, long long m) {
@@ -1094,19 +1077,7 @@ std::vector<double> evaluate_values(const sdp_rows& r, const double* theta,
   const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, r.dim);
   const double lp0 = zero_row_part(r, x, nullptr, "a clipped-sum query");
   std::vector<double> out(static_cast<size_t>(m));
-  r.arena->execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<long long>(0, m, 256),
-        [&](const tbb::blocked_range<long long>& range) {
-          ensure_autodiff_stack();
-          for (long long k = range.begin(); k < range.end(); ++k) {
-            if (idx != nullptr && (k - range.begin()) % touch_block == 0)
-              touch_rows(r, idx, k, range.end());
-            out[k] = row_value(*r.rows[idx == nullptr ? k : idx[k]], x, lp0, nullptr, nullptr, r.dim);
-          }
-        },
-        tbb::simple_partitioner());
-  });
+  evaluate_rows(r, x, lp0, nullptr, idx, m, out.data(), nullptr);
   return out;
 }
 
@@ -1160,11 +1131,7 @@ int sdp_clipped_ratio_sums(sdp_rows* r, const double* theta_new, const double* t
   try {
     std::lock_guard<std::mutex> lock(r->query_mutex);
     const long long n = static_cast<long long>(r->rows.size());
-    if (idx == nullptr && m != n)
-      throw std::invalid_argument("without an index, m must equal the row count");
-    if (idx != nullptr)
-      for (long long k = 0; k < m; ++k)
-        if (idx[k] < 0 || idx[k] >= n) throw std::out_of_range("a row index is out of range");
+    check_rows(*r, idx, m);
     if (n_groups < 1) throw std::invalid_argument("n_groups must be positive");
     if (groups != nullptr)
       for (long long i = 0; i < n; ++i)
@@ -1276,12 +1243,7 @@ int sdp_clipped_grad_sum(sdp_rows* r, const double* theta, double bound, const d
     std::lock_guard<std::mutex> lock(r->query_mutex);
     ensure_autodiff_stack();
     const int d = r->dim;
-    const long long n = static_cast<long long>(r->rows.size());
-    if (idx == nullptr && m != n)
-      throw std::invalid_argument("without an index, m must equal the row count");
-    if (idx != nullptr)
-      for (long long k = 0; k < m; ++k)
-        if (idx[k] < 0 || idx[k] >= n) throw std::out_of_range("a row index is out of range");
+    check_rows(*r, idx, m);
     if (frame == nullptr && k_out != d) throw std::invalid_argument("k must equal dim without a frame");
     if (k_out < 1) throw std::invalid_argument("k must be positive");
     const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
