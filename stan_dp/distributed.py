@@ -72,6 +72,7 @@ import numpy as np
 
 from stan_dp.aggregates import GradSum, RatioSums, RowStatistic, local_statistic, queries
 from stan_dp.mechanisms import gaussian_release
+from stan_dp.model import ZeroRowPart
 from stan_dp.params import ParamLayout
 from stan_dp.secure_noise import SecureNoise
 
@@ -369,7 +370,7 @@ class _Lost(Exception):
     """A shard did not answer (infrastructure failure)."""
 
 
-class ShardedModel:
+class ShardedModel(ZeroRowPart):
     """A Stan model whose rows are split over Dask workers (or data owners).
 
     Parameters
@@ -543,9 +544,9 @@ class ShardedModel:
             # The driver's zero-row model: prior, Jacobian and transforms, no row.
             self.bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, seed=seed,
                                                warn=False)
-            self._prior = NativeRows(self.bridge.stanlib, self.zero_row_json, rows,
+            self._zero = NativeRows(self.bridge.stanlib, self.zero_row_json, rows,
                                      list(self.row_vars), seed, 1)
-            self.dim = int(self._prior.dim)
+            self.dim = int(self._zero.dim)
             self.param_names = list(self.bridge.param_names())
             if self.param_names != list(first["param_names"]) or self.dim != int(first["dim"]):
                 raise ValueError("the model's parameters depend on the rows (the zero-row model "
@@ -770,13 +771,6 @@ class ShardedModel:
             return results
 
     # -------------------------------------------------------- row indices --
-    def _check_theta(self, theta: Any) -> np.ndarray:
-        arr = np.ascontiguousarray(theta, dtype=np.float64)
-        if arr.shape != (self.dim,):
-            raise ValueError(f"theta must have shape ({self.dim},) (unconstrained parameters), "
-                             f"got {arr.shape}")
-        return arr
-
     def _split(self, rows: Any, groups: Any) -> dict[int, tuple[Any, Any]]:
         """Per shard: (local rows or None, groups key or None); shards without requested rows left out.
 
@@ -839,7 +833,7 @@ class ShardedModel:
         group (length ``n_rows``, indexed by global row).
         """
         self._refuse_if_owners("clipped_ratio_sums")
-        new, old = self._check_theta(theta_new), self._check_theta(theta_old)
+        new, old = self._theta(theta_new), self._theta(theta_old)
         n_groups = int(n_groups)
         parts = self._split(rows, groups)
         if not parts:
@@ -853,7 +847,7 @@ class ShardedModel:
                          frame: np.ndarray | None = None) -> GradSum:
         """Sum of per-row gradients (``frameᵀ g_j``) clamped to the l2 ball, over the shards."""
         self._refuse_if_owners("clipped_grad_sum")
-        th = self._check_theta(theta)
+        th = self._theta(theta)
         f = None if frame is None else np.asarray(frame, dtype=float)
         parts = self._split(rows, None)
         if not parts:
@@ -930,7 +924,7 @@ class ShardedModel:
         if not self.owner_noise:
             raise ValueError("release_owner_ratio_sums is for owners=True; with a single curator "
                              "the sampler adds the noise to clipped_ratio_sums")
-        new, old = self._check_theta(theta_new), self._check_theta(theta_old)
+        new, old = self._theta(theta_new), self._theta(theta_old)
         k = len(self._shards)
         if isinstance(rng_noise, SecureNoise):
             seeds: list[int | None] = [None] * k
@@ -953,32 +947,8 @@ class ShardedModel:
         return [int(out[i]) for i in range(len(self._shards))]
 
     # ---------------------------------------------- data-independent parts --
-    def log_prior(self, theta: Any) -> float:
-        """Log density of the zero-row model (prior and Jacobian), on the driver."""
-        return self._prior.log_prior(self._check_theta(theta), with_grad=False)[0]
-
-    def log_prior_grad(self, theta: Any) -> tuple[float, np.ndarray]:
-        """Value and gradient of :meth:`log_prior`, on the driver."""
-        value, grad = self._prior.log_prior(self._check_theta(theta), with_grad=True)
-        assert grad is not None
-        return value, grad
-
-    def constrain(self, theta: Any) -> dict[str, np.ndarray]:
-        """The ``parameters`` block's variables at unconstrained θ (zero-row model)."""
-        return self._layout.split(self._prior.param_constrain(self._check_theta(theta)))
-
-    def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
-        """Unconstrained parameters from a dict of constrained values."""
-        vec = self._layout.join(values)
-        try:
-            return self._prior.param_unconstrain(vec)
-        except ValueError as exc:
-            raise ValueError(f"could not unconstrain the values: {exc}") from exc
-
-    @property
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of every variable in the ``parameters`` block."""
-        return dict(self._layout.shapes)
+    # log_prior, log_prior_grad, constrain, unconstrain and param_shapes are
+    # stan_dp.model.ZeroRowPart's, on the driver's zero-row instance.
 
     @property
     def name(self) -> str:

@@ -76,7 +76,62 @@ def _rejection_message(stan_message: str) -> str:
             "bridgestan.StanModel directly — NOT private.")
 
 
-class RowModel:
+class ZeroRowPart:
+    """The data-independent part of a model split into rows: prior and transforms.
+
+    Everything here is evaluated by the zero-row instance of the compiled
+    model (``self._zero``, a :class:`~stan_dp.native.rows.NativeRows`),
+    which depends on the shared data only, never on a row.  Shared by
+    :class:`RowModel` (whose rows are in the same object) and
+    :class:`stan_dp.distributed.ShardedModel` (whose rows are on workers).
+    Needs ``dim``, ``_zero`` and ``_layout`` (a :class:`~stan_dp.params.ParamLayout`).
+    """
+
+    dim: int
+
+    def _theta(self, theta: Any) -> np.ndarray:
+        arr = np.ascontiguousarray(theta, dtype=np.float64)
+        if arr.shape != (self.dim,):
+            raise ValueError(
+                f"theta must have shape ({self.dim},) (unconstrained parameters), got {arr.shape}"
+            )
+        return arr
+
+    def log_prior(self, theta: Any) -> float:
+        """Log density of the model with no rows (prior and Jacobian).
+
+        Parameters
+        ----------
+        theta : array_like, shape (dim,)
+            Unconstrained parameters.
+        """
+        return self._zero.log_prior(self._theta(theta), with_grad=False)[0]
+
+    def log_prior_grad(self, theta: Any) -> tuple[float, np.ndarray]:
+        """Value and gradient of :meth:`log_prior`."""
+        value, grad = self._zero.log_prior(self._theta(theta), with_grad=True)
+        assert grad is not None
+        return value, grad
+
+    def constrain(self, theta: Any) -> dict[str, np.ndarray]:
+        """The ``parameters`` block's variables at unconstrained θ, by name and shape."""
+        return self._layout.split(self._zero.param_constrain(self._theta(theta)))
+
+    def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
+        """Unconstrained parameters from a dict of constrained values."""
+        vec = self._layout.join(values)
+        try:
+            return self._zero.param_unconstrain(vec)
+        except ValueError as exc:
+            raise ValueError(f"could not unconstrain the values: {exc}") from exc
+
+    @property
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of every variable in the ``parameters`` block."""
+        return dict(self._layout.shapes)
+
+
+class RowModel(ZeroRowPart):
     """A compiled Stan model with its data, split into per-row log-likelihoods.
 
     Parameters
@@ -199,7 +254,7 @@ class RowModel:
         except RuntimeError as exc:
             raise ValueError(_rejection_message(str(exc))) from None
         try:
-            self._native = NativeRows(
+            self._native = self._zero = NativeRows(
                 self.bridge.stanlib, data_json, rows, row_vars, seed,
                 0 if threads is None else int(threads),
             )
@@ -336,14 +391,6 @@ class RowModel:
             raise ValueError(f"threads must be a positive integer, got {value!r}")
         self._native.threads = int(value)
 
-    def _theta(self, theta: Any) -> np.ndarray:
-        arr = np.ascontiguousarray(theta, dtype=np.float64)
-        if arr.shape != (self.dim,):
-            raise ValueError(
-                f"theta must have shape ({self.dim},) (unconstrained parameters), got {arr.shape}"
-            )
-        return arr
-
     def _rows(self, rows: Any) -> np.ndarray | None:
         if rows is None:
             return None
@@ -358,22 +405,6 @@ class RowModel:
         return idx
 
     # ------------------------------------------------------- densities --
-    def log_prior(self, theta: Any) -> float:
-        """Log density of the model with no rows (prior and Jacobian).
-
-        Parameters
-        ----------
-        theta : array_like, shape (dim,)
-            Unconstrained parameters.
-        """
-        return self._native.log_prior(self._theta(theta), with_grad=False)[0]
-
-    def log_prior_grad(self, theta: Any) -> tuple[float, np.ndarray]:
-        """Value and gradient of :meth:`log_prior`."""
-        value, grad = self._native.log_prior(self._theta(theta), with_grad=True)
-        assert grad is not None
-        return value, grad
-
     def row_log_lik(self, theta: Any, rows: Any = None) -> np.ndarray:
         """Per-row log-likelihoods ``lp(row i; θ) − lp(no rows; θ)``.
 
@@ -461,24 +492,6 @@ class RowModel:
     def reduce(self, stat: RowStatistic, fn: Any, *args: Any) -> np.ndarray:
         """``fn(array, *args)`` of a statistic from :meth:`row_statistic` (additive over rows)."""
         return local_reduce(stat, fn, *args)
-
-    # ----------------------------------------------------- transforms --
-    def constrain(self, theta: Any) -> dict[str, np.ndarray]:
-        """The ``parameters`` block's variables at unconstrained θ, by name and shape."""
-        return self._layout.split(self._native.param_constrain(self._theta(theta)))
-
-    def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
-        """Unconstrained parameters from a dict of constrained values."""
-        vec = self._layout.join(values)
-        try:
-            return self._native.param_unconstrain(vec)
-        except ValueError as exc:
-            raise ValueError(f"could not unconstrain the values: {exc}") from exc
-
-    @property
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of every variable in the ``parameters`` block."""
-        return dict(self._layout.shapes)
 
     # -------------------------------------------------------- checks --
     def check_decomposition(self, points: int = 4, seed: int = 20240917) -> None:
