@@ -176,6 +176,21 @@ def _owner_index(
     return index, [str(u) for u in uniq]
 
 
+def _owners(density: Any, owners: Sequence[Any] | np.ndarray | None,
+            public_owners: Sequence[Any] | np.ndarray | None) -> tuple[np.ndarray | None, list[str]]:
+    """Each row's owner index and the owner labels, as :func:`_owner_index`.
+
+    A model whose owners add their own noise (``owner_noise``, seed 000's
+    Algorithm 2 with the rows held by the owners) has its shards as owners:
+    its public ``owner_labels``, and no per-row index (its rows are not here).
+    """
+    if getattr(density, "owner_noise", False):
+        if owners is not None or public_owners is not None:
+            raise ValueError("this model's owners are its shards (owner_labels); do not pass owners=")
+        return None, list(density.owner_labels)
+    return _owner_index(owners, int(density.n_rows), public_owners)
+
+
 def _decide(
     rng_prop: np.random.Generator, state: PenaltyState, move: Move, proposal: Proposal,
     log_a: float, new_state: Callable[[], PenaltyState],
@@ -237,12 +252,7 @@ def build_kernel(
     if not clip > 0 or (np.isinf(clip) and noise_sd is None):
         raise ValueError(f"clip must be positive (and finite unless noise_sd is fixed), got {clip!r}")
     owner_noise = bool(getattr(density, "owner_noise", False))
-    if owner_noise:
-        if owners is not None or public_owners is not None:
-            raise ValueError("this model's owners are its shards (owner_labels); do not pass owners=")
-        owner_index, labels = None, list(density.owner_labels)
-    else:
-        owner_index, labels = _owner_index(owners, int(density.n_rows), public_owners)
+    owner_index, labels = _owners(density, owners, public_owners)
     n_owners = max(1, len(labels))
     factor = sensitivity_factor(relation)
     n_rows = int(density.n_rows)
@@ -409,15 +419,10 @@ def penalty(
             "owner's only row would change the number of noise terms (and noise_sd) and the "
             "owners reported; pass public_owners=, every owner label declared public, or use "
             "relation='replace_one'")
-    if getattr(model, "owner_noise", False):
-        if owners is not None or public_owners is not None:
-            raise ValueError("this model's owners are its shards (owner_labels); do not pass owners=")
-        if release_clip_fraction:
-            raise ValueError("release_clip_fraction is not available when the owners add the noise: "
-                             "they report nothing un-noised")
-        labels = list(model.owner_labels)
-    else:
-        _, labels = _owner_index(owners, int(model.n_rows), public_owners)
+    _, labels = _owners(model, owners, public_owners)
+    if getattr(model, "owner_noise", False) and release_clip_fraction:
+        raise ValueError("release_clip_fraction is not available when the owners add the noise: "
+                         "they report nothing un-noised")
     user_init = resolve_init(model, init, chains)
     if not isinstance(release_clip_fraction, (bool, np.bool_)):
         raise ValueError("release_clip_fraction must be a bool")
