@@ -73,6 +73,48 @@ def test_lower_layers_do_not_import_upward(path):
     assert _upward(path) == []
 
 
+ADAPTATION = sorted((PACKAGE / "adaptation").glob("*.py"))
+"""Modules that must not import :mod:`stan_dp.samplers`: samplers use adaptation, not the reverse
+(as BlackJAX keeps ``adaptation/`` apart from its kernels)."""
+
+
+def _samplers_imported(path: Path) -> list[str]:
+    bad = []
+    for line, module, name in _imports(path):
+        if (module == "stan_dp.samplers" or module.startswith("stan_dp.samplers.")
+                or (module == "stan_dp" and name == "samplers")):
+            bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports stan_dp.samplers")
+    return bad
+
+
+@pytest.mark.parametrize("path", ADAPTATION, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_adaptation_does_not_import_samplers(path):
+    assert _samplers_imported(path) == []
+
+
+def test_the_adaptation_rule_sees_sampler_imports(tmp_path):
+    """Each form is flagged, relative imports included; other ``stan_dp`` modules are not."""
+    pkg = tmp_path / "stan_dp"
+    (pkg / "adaptation").mkdir(parents=True)
+    bad = pkg / "adaptation" / "bad.py"
+    bad.write_text(
+        "from stan_dp.samplers.hmc import HMCState\n"
+        "import stan_dp.samplers\n"
+        "def f():\n"
+        "    from stan_dp import samplers\n"
+        "    from ..samplers import penalty\n"
+        "from stan_dp.aggregates import queries\n"   # allowed
+        "from .releases import Ledger\n"             # allowed
+    )
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        found = _samplers_imported(bad)
+    finally:
+        PACKAGE = saved
+    assert [f.split(":")[1].split()[0] for f in found] == ["1", "2", "4", "5"]
+
+
 def test_the_checker_sees_the_arrows_it_forbids(tmp_path):
     """The check is not vacuous: it flags each form, at module level and inside functions."""
     pkg = tmp_path / "stan_dp"

@@ -55,7 +55,9 @@ released and cannot be computed privately; (3) at DP noise levels
 ``eta sigma_g^2 / (4 m)`` is typically above 1, so the "friction" would
 reverse the momentum at every half-step.
 
-Code shape follows BlackJAX and :mod:`stan_dp.samplers.penalty`.
+Code shape follows BlackJAX and :mod:`stan_dp.samplers.penalty`: this module
+holds the kernel and the entry point :func:`hmc`; the warm-up (mode search,
+step-size adaptation) is in :mod:`stan_dp.adaptation.warmup`.
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from stan_dp.accounting import Release, sensitivity_factor
+from stan_dp.adaptation.warmup import (  # Adaptation, mode_search, ADAPT_RESTARTS: re-exported
+    ADAPT_RESTARTS,
+    Adaptation,
+    adapt_step_size,
+    mode_search,
+    new_adaptation,
+)
 from stan_dp.density import RowDensity, check_row_density, prior_gradient
 from stan_dp.inference import (
     SamplerSpec,
@@ -118,7 +127,8 @@ DEFAULT_WARMUP = 50
 DEFAULT_N_LEAPFROG = 3
 """Leapfrog steps per iteration (see :func:`default_settings`)."""
 DEFAULT_SEARCH_RELEASES = 200
-"""Gradient releases per chain of the warm-up mode search (:func:`mode_search`)."""
+"""Gradient releases per chain of the warm-up mode search
+(:func:`~stan_dp.adaptation.warmup.mode_search`)."""
 SEARCH_SHARE = 0.8
 """Share of the privacy budget (in ``sum 1 / z^2``) given to the mode search."""
 DEFAULT_TARGET_ACCEPT = 0.3
@@ -152,7 +162,7 @@ def default_settings(n_rows: int, dim: int, n_leapfrog: int | None = None,
       0.64 sd from the mode (0.38 with this default).
     * ``grad_clip = sqrt(dim + max(0, ln n - 5))`` (:func:`default_grad_clip`):
       gradient clipping never biases the chain (module docstring), but the
-      warm-up :func:`mode_search` converges to the zero of the *clipped*
+      warm-up mode search converges to the zero of the *clipped*
       gradient sum.  That zero moves away from the mode by the clipped mass
       over the curvature, which in posterior sds grows like ``sqrt(n)``
       times the share of rows the bound clips, while the search's noise
@@ -210,15 +220,6 @@ def search_noise_ratio(search_releases: int, iterations: int, n_leapfrog: int,
 
 
 # -------------------------------------------------------------- state/info --
-class Adaptation(NamedTuple):
-    """Warm-up step-size adaptation state (dual averaging, Hoffman & Gelman 2014)."""
-
-    mu: float
-    log_step_bar: float
-    h_bar: float
-    count: int
-
-
 class HMCState(NamedTuple):
     """State of a DP HMC chain.
 
@@ -357,49 +358,8 @@ def init(position: np.ndarray, *, step_size: float, adapt: bool = False) -> HMCS
     """
     theta = np.array(position, dtype=float)
     dim = theta.size
-    adaptation = _new_adaptation(step_size, dim) if adapt else None
+    adaptation = new_adaptation(step_size) if adapt else None
     return HMCState(theta, np.nan, None, float(step_size), np.ones(dim), 0, adaptation)
-
-
-def mode_search(release: Callable, rng_noise: np.random.Generator, start: np.ndarray,
-                releases: int, step: float) -> tuple[np.ndarray, NoisyGradient]:
-    """Private mode search: averaged noisy gradient ascent on released gradients.
-
-    ``releases - 1`` steps ``theta <- theta + step * G(theta)`` (one gradient
-    release each), then one release at the average of the iterates of the
-    second half (Polyak-Ruppert averaging), where the chain starts.  Near a
-    mode with Hessian ``-H`` the average has error ``~ H^-1 xi_bar``
-    (``xi_bar`` the mean release noise of the averaging window): it uses the
-    released gradients efficiently, whatever ``step`` within the stable range
-    ``step * h < 2`` (``h`` the largest curvature), which only sets how fast
-    the transient is forgotten.  Far from the mode a clipped gradient sum has
-    norm at most ``n T b_g`` plus noise, so a step of ``1 / (n T)`` moves at
-    most ``b_g`` per release.  Everything is computed from released values
-    (post-processing); the releases are accounted as the chain's one-off
-    releases.
-
-    Returns the start point of the chain and the release made there (the
-    averaged point, or the last iterate if the average left the prior
-    support).
-    """
-    theta = np.array(start, dtype=float)
-    out = release(rng_noise, theta)
-    if out is None:
-        raise ValueError("the log prior is not finite at the initial point")
-    total, count = np.zeros_like(theta), 0
-    for j in range(1, releases - 1):
-        proposal = theta + step * out.grad
-        nxt = release(rng_noise, proposal)
-        if nxt is None:  # outside the prior support: no release made, shorter step next time
-            step *= 0.5
-            continue
-        theta, out = proposal, nxt
-        if j >= releases // 2:
-            total, count = total + theta, count + 1
-    if count == 0:
-        return theta, out
-    final = release(rng_noise, total / count)
-    return (total / count, final) if final is not None else (theta, out)
 
 
 def _first_release(state: HMCState, release: Callable, rng_noise: np.random.Generator) -> HMCState:
@@ -409,47 +369,11 @@ def _first_release(state: HMCState, release: Callable, rng_noise: np.random.Gene
     return state._replace(log_prior=first.log_prior, grad=first.grad)
 
 
-def _new_adaptation(step_size: float, dim: int, boost: float = 10.0) -> Adaptation:
-    return Adaptation(math.log(boost * step_size), math.log(step_size), 0.0, 0)
-
-
-def _dual_averaging(a: Adaptation, accept: float, target: float) -> tuple[Adaptation, float]:
-    """One step of Stan's dual averaging (gamma 0.05, t0 10, kappa 0.75)."""
-    count = a.count + 1
-    eta = 1.0 / (count + 10.0)
-    h_bar = (1 - eta) * a.h_bar + eta * (target - accept)
-    log_step = a.mu - math.sqrt(count) / 0.05 * h_bar
-    w = count ** -0.75
-    log_bar = w * log_step + (1 - w) * a.log_step_bar
-    return a._replace(count=count, h_bar=h_bar, log_step_bar=log_bar), math.exp(log_step)
-
-
-ADAPT_RESTARTS = (2 / 3, 5 / 6)
-"""Fractions of the warm-up at which the dual averaging restarts (forgetting the burn-in)."""
-
-
 def _adapt(state: HMCState, accept: float, warmup: int, target: float) -> HMCState:
-    """Warm-up step-size adaptation from released quantities only (post-processing).
-
-    Dual averaging on the released acceptance probability, restarted (from
-    twice the current step) at :data:`ADAPT_RESTARTS` of the warm-up so that
-    the large steps accepted while the chain runs down to the mode are
-    forgotten; at the end of the warm-up the step size is frozen at the
-    averaged value of the last window.  The metric is not adapted: with DP
-    noise a chain moves too little during warm-up for a useful variance
-    estimate.
-    """
-    a = state.adapt
-    if a is None or state.iteration > warmup:
-        return state
-    a, step = _dual_averaging(a, accept, target)
-    i = state.iteration  # iterations completed (1-based here)
-    if i in {int(f * warmup) for f in ADAPT_RESTARTS} and i < warmup:
-        a = _new_adaptation(math.exp(a.log_step_bar), state.position.size, boost=2.0)
-        step = math.exp(a.log_step_bar)
-    if i == warmup:
-        step = math.exp(a.log_step_bar)
-    return state._replace(step_size=step, adapt=a)
+    """The warm-up step size of the chain (:func:`stan_dp.adaptation.warmup.adapt_step_size`)."""
+    adapt, step = adapt_step_size(state.adapt, state.step_size, state.iteration, accept,
+                                  warmup=warmup, target=target)
+    return state._replace(step_size=step, adapt=adapt)
 
 
 def build_kernel(
@@ -492,7 +416,7 @@ def build_kernel(
     relation : {"replace_one", "add_remove"}
     warmup : int
         Iterations during which the step size adapts, if the
-        state carries an :class:`Adaptation`.
+        state carries an :class:`~stan_dp.adaptation.warmup.Adaptation`.
     target_accept : float
         Target of the dual averaging.
     jitter : float
@@ -502,7 +426,8 @@ def build_kernel(
         kernel is not private unless they match).  ``noise_sd`` is then the
         ratio noise sd itself, independent of the move length.
     search_releases : int
-        ``K > 0``: the first call runs :func:`mode_search` from the initial
+        ``K > 0``: the first call runs
+        :func:`~stan_dp.adaptation.warmup.mode_search` from the initial
         position (``K`` gradient releases with multiplier
         ``search_noise_multiplier``, step ``1 / (n T)``) and the chain starts
         at its averaged point; these ``K`` releases replace the initial
@@ -660,7 +585,8 @@ def hmc(
         Leapfrog step size.  Given: used as is (identity metric, no
         adaptation, no mode search).  Default: ``1 / sqrt(n)``, then adapted
         during warm-up (dual averaging on the released acceptance
-        probability), after a private mode search (:func:`mode_search`,
+        probability), after a private mode search
+        (:func:`~stan_dp.adaptation.warmup.mode_search`,
         :data:`DEFAULT_SEARCH_RELEASES` gradient releases per chain carrying
         :data:`SEARCH_SHARE` of the budget) from which the chain starts.  The mass
         matrix is the identity (the kernel supports a diagonal one through
