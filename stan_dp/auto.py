@@ -44,6 +44,7 @@ from stan_dp.adaptation.newton import (
     AdaptationResult,
     AdaptationSettings,
     adaptation_releases,
+    TAIL_MULTIPLE,
     clip_inflation,
     private_mode,
     round_count,
@@ -222,8 +223,9 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     settings = settings._replace(rounds=round_count(settings, n_public, dim,
                                                     pld_mean_budget(epsilon, delta) * share))
     final_share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
+    budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
     fc = forecast(n_public, dim, epsilon, delta, relation=relation,
-                  kappa=clip_inflation(settings, n_public),
+                  kappa=clip_inflation(settings, n_public, budget_m, relation),
                   share=final_share * share)
     attrs: dict[str, Any] = {"warnings": ""}
     if fc.worst_error > FORECAST_LIMIT:
@@ -232,7 +234,6 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               f"{fc.expected_error:.2g} posterior sds per coordinate, {fc.worst_error:.2g} in the "
               f"worst of them (information floor {fc.floor:.2g}); a larger epsilon or more rows "
               "would help"], attrs, stacklevel=4)
-    budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
     releases = adaptation_releases(budget_m, settings, n_public, dim)
 
     # ---- nothing above touched the data ----
@@ -257,7 +258,16 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "the data — either a very strong prior, or (typically) the degenerate neck of a "
               "hierarchical model (a group sd near 0, the group effects at their mean), where a "
               "Gaussian is not the posterior; a non-centred parametrisation may help"], attrs, stacklevel=4)
+    if result.heavy_tail:
+        emit([f"about {result.tail_rows:.0f} rows (released count, noise sd {result.tail_rows_sd:.2g}) "
+              f"have per-row gradients beyond {TAIL_MULTIPLE:g} times the clip bound at the private "
+              "mode: a heavy tail (outlying predictors or outcomes). The non-private posterior is "
+              "pulled by these few rows, which the privacy clipping bounds, so the private mode can "
+              "be many posterior sds from it; transforming heavy-tailed predictors (e.g. log of an "
+              "income), a robust likelihood, or more rows would help"], attrs, stacklevel=4)
     attrs.update({
+        "tail_rows": float(result.tail_rows) if np.isfinite(result.tail_rows) else "",
+        "tail_rows_sd": float(result.tail_rows_sd) if np.isfinite(result.tail_rows_sd) else "",
         "prior_share": float(result.prior_share),
         "adaptation_share": float(share),
         "adaptation_releases": len(result.ledger.entries),
@@ -357,7 +367,7 @@ def choose_method(n_public: int, dim: int, epsilon: float, delta: float, relatio
     """
     m = pld_mean_budget(epsilon, delta) * (1.0 - MCMC_ADAPTATION_SHARE)
     z = math.sqrt((4 * (MCMC_ITERATIONS + MCMC_WARMUP)) / (2.0 * m))
-    clip = clip_inflation(settings, n_public) * whitened_grad_scale(n_public, dim)
+    clip = clip_inflation(settings, n_public, m, relation) * whitened_grad_scale(n_public, dim)
     factor = 2.0 if relation == "replace_one" else 1.0
     sd = factor * z * clip * 2.38
     return "penalty" if sd <= 2.0 else "gaussian"
@@ -391,7 +401,9 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     start = _validated_start(model, init)
     d = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
-    clip = float(options.pop("clip", clip_inflation(settings, n_public) * whitened_grad_scale(n_public, d)))
+    chain_m = pld_mean_budget(epsilon, delta) * (1.0 - adaptation_share)
+    clip = float(options.pop("clip", clip_inflation(settings, n_public, chain_m, relation)
+                             * whitened_grad_scale(n_public, d)))
     factor = 2.0 if relation == "replace_one" else 1.0
     max_step = 2.38 / math.sqrt(d)
     # The adaptation's releases are fixed by the budget split alone, so the
