@@ -476,3 +476,31 @@ def test_heavy_tailed_rows_warn_and_light_tailed_rows_do_not(predictors):
         assert beyond == 0
         assert not heavy
         assert fit.attrs["tail_rows"] < 5 + 3 * fit.attrs["tail_rows_sd"]
+
+
+def test_search_does_not_oscillate_on_a_poisson_glm_started_far_below_its_curvature():
+    """Poisson GLM, n = 1e3, epsilon = 4, started at 0 (curvature ``e`` times below the mode's).
+
+    Newton steps from 0 overshoot; without a trust region after the step back
+    the search overshot again every other round, and over 12 seeds the rms
+    error of the private mode was 3.4 posterior sds (mean worst 4.8); with it
+    1.3 (1.7).  Oracle: the exact mode and covariance.  The bound 2.2 sits
+    between the two with room for the Monte Carlo error of 72 coordinate
+    errors (a relative sd of about 10% on the rms).
+    """
+    from stan_dp.adaptation.newton import private_mode
+
+    errors = []
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        z = rng.normal(size=(1000, 5))
+        y = rng.poisson(np.exp(1.0 + 0.3 * (z @ np.linspace(-0.8, 0.8, 5))))
+        model = PoissonGLM(z, y)
+        mode, cov = model.exact()
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = private_mode(model, n_public=1000, pld_mean=pld_mean_budget(4.0, 1e-5),
+                                  relation="replace_one", rng_noise=np.random.default_rng(1000 + seed),
+                                  init=np.zeros(6))
+        errors.append((result.mode - mode) / np.sqrt(np.diag(cov)))
+    assert np.sqrt(np.mean(np.square(errors))) < 2.2

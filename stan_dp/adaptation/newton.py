@@ -34,10 +34,11 @@ Steps (every data access a Gaussian release written to the ledger):
    noise alone, and a direction it cannot resolve keeps its scale.  The one-step estimate
    ``theta_k + A_k H^-1 G`` is recorded with its noise covariance
    ``A_k H^-1 (s_G^2 I) H^-1 A_k'``; the chain of points moves to it within a
-   trust region (frame units, grown x4 whenever it binds, shrunk x4 after an
-   overshoot: the released directional derivative at the new point points
-   back) and a public cap on each unconstrained coordinate
-   (:attr:`AdaptationSettings.max_step`); the frame becomes
+   trust region (frame units: unbounded until an overshoot — the released
+   directional derivative at the new point points back, and the search
+   returns to the secant point — then twice the distance to that point,
+   grown x4 after every full step) and a public cap on each unconstrained
+   coordinate (:attr:`AdaptationSettings.max_step`); the frame becomes
    ``A_{k+1} = A_k Q Lambda^{-1/2}`` (``H = Q Lambda Q'``).
 3. **Pool** the rounds whose Newton step is within a few posterior sds (plus
    its noise) of their point: their mean released curvature (in ``theta``
@@ -461,6 +462,7 @@ def private_mode(
     pool: list[dict[str, Any]] = []
     tail_counts: list[float] = []   # released: rows beyond TAIL_MULTIPLE x the bound, per near round
     tail_sd = math.inf
+    radius = math.inf   # trust region of a full step, frame units (set by an overshoot)
     path = [theta.copy()]
     previous: dict[str, Any] | None = None
     for k in range(s.rounds):
@@ -515,13 +517,20 @@ def private_mode(
             if overshoot and not collapse and previous["slope"] > 0:
                 t = previous["slope"] / (previous["slope"] - slope)
             t = float(np.clip(t, 0.1, 0.5))
+            radius = max(2.0 * t * previous["length"], math.sqrt(d))
             move = t * previous["move"]
             theta = previous["theta"] + move
             frame = previous["frame"]
             previous = {"theta": previous["theta"], "frame": frame, "move": move, "full": False,
-                        "slope": previous["slope"] * t, "near": False}
+                        "slope": previous["slope"] * t, "near": False, "length": t * previous["length"]}
             rounds.append({"ok": False})
         else:
+            if previous is not None and previous["full"]:
+                radius *= 4.0   # the last full step did not overshoot: the trust region grows
+            length = float(np.linalg.norm(du))
+            trusted = length <= radius
+            if not trusted:
+                du = du * (radius / length)
             move = frame @ du
             biggest = float(np.max(np.abs(move))) if move.size else 0.0
             capped = biggest > s.max_step
@@ -531,7 +540,8 @@ def private_mode(
             # Near: the Newton step is within a few posterior sds plus its noise, AND the
             # release resolved the curvature (no eigenvalue at the noise floor): in an
             # unresolved frame a short step in frame units says nothing about the distance.
-            near = float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d)) and not capped
+            near = (float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d)) and not capped
+                    and trusted)
             rounds.append({"ok": near, "one_step": theta + frame @ du,
                            "noise_cov": sd_g**2 * frame @ h_inv @ h_inv @ frame.T,
                            "curvature": inv_frame.T @ ((q * lam) @ q.T) @ inv_frame})
@@ -558,7 +568,8 @@ def private_mode(
                 pool.clear()
                 new_frame = frame @ (q / np.sqrt(lam))
             previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
-                        "slope": float(grad @ (inv_frame @ move)), "near": near}
+                        "slope": float(grad @ (inv_frame @ move)), "near": near,
+                        "length": float(np.linalg.norm(du))}
             theta = theta + move
             frame = new_frame
         if trace is not None:
