@@ -504,3 +504,19 @@ def test_search_does_not_oscillate_on_a_poisson_glm_started_far_below_its_curvat
                                   init=np.zeros(6))
         errors.append((result.mode - mode) / np.sqrt(np.diag(cov)))
     assert np.sqrt(np.mean(np.square(errors))) < 2.2
+
+
+def test_exceed_probability_is_the_chance_that_the_worst_coordinate_is_beyond_the_limit():
+    """Closed form ``1 - prod(1 - 2 Phi(-limit / s_j))`` against a Monte Carlo of the worst |error|.
+
+    2e5 draws: the binomial sd of the Monte Carlo frequency is below 0.0012.
+    """
+    from stan_dp.adaptation.forecast import exceed_probability
+
+    sds = np.array([0.1, 0.2, 0.25, 0.3, 0.0])
+    rng = np.random.default_rng(5)
+    worst = np.max(np.abs(rng.normal(size=(200_000, sds.size)) * sds), axis=1)
+    assert exceed_probability(sds, 0.5) == pytest.approx(np.mean(worst > 0.5), abs=0.005)
+    assert exceed_probability([np.inf], 0.5) == 1.0 and exceed_probability([0.0], 0.5) == 0.0
+    fc = forecast(10_000, 6, 4.0, 1e-5, kappa=2.6, share=0.64)
+    assert fc.exceed_probability == pytest.approx(exceed_probability([fc.expected_error] * 6, 0.5))

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from scipy import stats
 
 from stan_dp.accounting import gaussian
@@ -44,6 +46,7 @@ __all__ = [
     "Forecast",
     "forecast",
     "worst_of",
+    "exceed_probability",
 ]
 
 CHI2_LEVEL = 0.9
@@ -89,6 +92,18 @@ def worst_of(dim: int) -> float:
     return max(1.0, float(stats.norm.ppf(1.0 - 0.25 / dim)))
 
 
+def exceed_probability(sds, limit: float) -> float:
+    """Probability that some coordinate is off by more than ``limit``: ``1 - prod_j (1 - 2 Phi(-limit / s_j))``.
+
+    For independent errors ``N(0, s_j^2)`` (posterior sds).  Zero sds never
+    exceed; infinite ones always do.
+    """
+    s = np.atleast_1d(np.asarray(sds, dtype=float))
+    with np.errstate(divide="ignore"):
+        inside = np.where(s > 0, 1.0 - 2.0 * stats.norm.sf(limit / np.where(s > 0, s, 1.0)), 1.0)
+    return float(1.0 - np.prod(inside))
+
+
 class Forecast(NamedTuple):
     """Public forecast of the accuracy a budget can buy (posterior sds)."""
 
@@ -100,10 +115,13 @@ class Forecast(NamedTuple):
     """Typical largest of ``dim`` coordinate errors: ``expected_error * q`` with ``q`` the
     ``1 - 1 / (4 dim)`` normal quantile (the median of the largest of ``dim`` ``|N(0, 1)|``
     is about that), at least 1."""
+    exceed_probability: float
+    """Probability that some coordinate is off by more than ``limit`` (posterior sds), for
+    ``dim`` independent errors with sd :attr:`expected_error` (:func:`exceed_probability`)."""
 
 
 def forecast(n_rows: int, dim: int, epsilon: float, delta: float, *, relation: str = "replace_one",
-             kappa: float = 1.0, share: float = 1.0) -> Forecast:
+             kappa: float = 1.0, share: float = 1.0, limit: float = 0.5) -> Forecast:
     """Forecast the posterior-sd error of a private mode from public facts.
 
     Parameters
@@ -121,8 +139,11 @@ def forecast(n_rows: int, dim: int, epsilon: float, delta: float, *, relation: s
     share : float
         Share of the budget (in PLD mean) carried by the releases the
         estimate averages.
+    limit : float
+        Error (posterior sds) whose exceedance :attr:`Forecast.exceed_probability` gives.
     """
     mu = gdp_mu(epsilon, delta)
     floor = sensitivity_factor(relation) * whitened_grad_scale(n_rows, dim) / mu
     expected = kappa * floor / math.sqrt(share)
-    return Forecast(floor, expected, expected * worst_of(dim))
+    return Forecast(floor, expected, expected * worst_of(dim),
+                    exceed_probability([expected] * int(dim), limit))

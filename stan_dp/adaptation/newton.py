@@ -206,9 +206,11 @@ TAIL_ROWS_ALLOWED = 5.0
 """:attr:`AdaptationResult.heavy_tail` when more rows than this lie beyond ``TAIL_MULTIPLE`` times
 the bound (at 3 noise sds).  With the rule of :func:`clip_inflation`, GLMs with Gaussian predictors
 have 0-4 such rows (logistic D = 10, Poisson D = 5, n = 1e4-1e5); each one's clipped excess is at
-least the bound, so a handful already moves the mode by a sizeable fraction of its noise, and with
-heavy-tailed predictors (t3, log-normal) there are 15-160 of them and the clipped mode was off by
-0.3-107 posterior sds (NumPy, exact posterior, noiseless)."""
+least the bound, so a handful already moves the mode by a sizeable fraction of its noise.  With
+standardised heavy-tailed predictors there are more: log-normal 4-35 (logistic) and 16-163
+(Poisson), t3 1-8 and 15-106, and the noiseless root of the clipped score was 0.26-1.1 (logistic)
+and 15-107 (Poisson) posterior sds from the mode (NumPy, exact posterior and frame, n = 1e4-1e5,
+epsilon 1 and 4)."""
 
 
 class AdaptationResult(NamedTuple):
