@@ -269,10 +269,11 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     if result.heavy_tail:
         emit([f"about {result.tail_rows:.0f} rows (released count, noise sd {result.tail_rows_sd:.2g}) "
               f"have per-row gradients beyond {TAIL_MULTIPLE:g} times the clip bound at the private "
-              "mode: a heavy tail (outlying predictors or outcomes). The non-private posterior is "
-              "pulled by these few rows, which the privacy clipping bounds, so the private mode can "
-              "be many posterior sds from it; transforming heavy-tailed predictors (e.g. log of an "
-              "income), a robust likelihood, or more rows would help"], attrs, stacklevel=4)
+              "mode, so clipping binds on them and biases the mode. Typically a heavy tail "
+              "(outlying predictors or outcomes): the non-private posterior is pulled by a few "
+              "rows, which privacy must bound, and the private mode can be many posterior sds "
+              "from it; transforming heavy-tailed predictors (e.g. log of an income), a robust "
+              "likelihood, or more rows would help"], attrs, stacklevel=4)
     attrs.update({
         "tail_rows": float(result.tail_rows) if np.isfinite(result.tail_rows) else "",
         "tail_rows_sd": float(result.tail_rows_sd) if np.isfinite(result.tail_rows_sd) else "",
