@@ -213,6 +213,15 @@ def _validated_start(model: Any, init: Any) -> np.ndarray:
     return start
 
 
+def _adaptation_plan(epsilon: float, delta: float, share: float, settings: AdaptationSettings,
+                     n_public: int, dim: int) -> tuple[AdaptationSettings, float, list[Release]]:
+    """The adaptation's settings (rounds fixed), PLD-mean budget and releases: public facts only."""
+    settings = settings._replace(rounds=round_count(settings, n_public, dim,
+                                                    pld_mean_budget(epsilon, delta) * share))
+    budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
+    return settings, budget_m, adaptation_releases(budget_m, settings, n_public, dim)
+
+
 def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any, relation: str,
            public_n: int | None, start: np.ndarray, settings: AdaptationSettings) -> _Adapted:
     """Forecast (public), then the private adaptation with ``share`` of the budget's PLD mean.
@@ -224,10 +233,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         raise TypeError("settings must be an AdaptationSettings")
     dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
-    settings = settings._replace(rounds=round_count(settings, n_public, dim,
-                                                    pld_mean_budget(epsilon, delta) * share))
+    settings, budget_m, releases = _adaptation_plan(epsilon, delta, share, settings, n_public, dim)
     final_share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
-    budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
     fc = forecast(n_public, dim, epsilon, delta, relation=relation,
                   kappa=clip_inflation(settings, n_public, budget_m, relation),
                   share=final_share * share, limit=FORECAST_LIMIT)
@@ -239,7 +246,6 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               f"worst of them, and by more than {FORECAST_LIMIT:g} in some coordinate with "
               f"probability {fc.exceed_probability:.0%} (information floor {fc.floor:.2g}); a "
               "larger epsilon or more rows would help"], attrs, stacklevel=4)
-    releases = adaptation_releases(budget_m, settings, n_public, dim)
 
     # ---- nothing above touched the data ----
     root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -418,10 +424,7 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     max_step = 2.38 / math.sqrt(d)
     # The adaptation's releases are fixed by the budget split alone, so the
     # chain's noise can be calibrated (and refused) before any data is read.
-    settings = settings._replace(rounds=round_count(
-        settings, n_public, d, pld_mean_budget(epsilon, delta) * adaptation_share))
-    pre = adaptation_releases(_fitting_pld_mean(epsilon, delta, settings) * adaptation_share, settings,
-                              n_public, d)
+    _, _, pre = _adaptation_plan(epsilon, delta, adaptation_share, settings, n_public, d)
     kwargs: dict[str, Any] = {"epsilon": epsilon, "delta": delta, "chains": chains, "warmup": warmup,
                               "iterations": iterations, "progress": progress}
     if method == "penalty":
