@@ -106,14 +106,19 @@ def test_the_adaptation_rule_sees_sampler_imports(tmp_path):
         "from stan_dp.aggregates import queries\n"   # allowed
         "from .releases import Ledger\n"             # allowed
     )
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, pkg
-    try:
-        found = _samplers_imported(bad)
-    finally:
-        PACKAGE = saved
+    found = _checked_in(pkg, _samplers_imported, bad)
     assert [f.split(":")[1].split()[0] for f in found] == ["1", "2", "4", "5"]
 
+
+
+def _checked_in(package, check, path):
+    """Run ``check(path)`` with :data:`PACKAGE` pointed at a scratch package."""
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, package
+    try:
+        return check(path)
+    finally:
+        PACKAGE = saved
 
 def test_the_checker_sees_the_arrows_it_forbids(tmp_path):
     """The check is not vacuous: it flags each form, at module level and inside functions."""
@@ -129,12 +134,7 @@ def test_the_checker_sees_the_arrows_it_forbids(tmp_path):
         "from stan_dp import toolchain\n"       # a submodule: allowed
         "from stan_dp.version import __version__\n"  # allowed
     )
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, pkg
-    try:
-        found = _upward(bad)
-    finally:
-        PACKAGE = saved
+    found = _checked_in(pkg, _upward, bad)
     assert [f.split(":")[1].split()[0] for f in found] == ["1", "2", "4", "5"]
 
 
