@@ -477,8 +477,8 @@ def private_mode(
             # are not needed: the same count releases (same multiplier) check
             # the tail instead — rows beyond TAIL_MULTIPLE times the gradient bound.
             tail = RowColumns(holder, stat, d + d * d, d + d * d + 1)
-            counts = [noisy_counts(rng_noise, tail, np.array([TAIL_MULTIPLE]), z_c, ledger,
-                                   f"tail count, round {k}.{r}")[0] for r in range(s.clip_rounds)]
+            counts = noisy_counts(rng_noise, tail, np.array([TAIL_MULTIPLE]), z_c, ledger,
+                                  f"tail count, round {k}", repeats=s.clip_rounds)
             tail_counts.append(float(np.mean(counts)))
             tail_sd = z_c / math.sqrt(s.clip_rounds)
             bound_g, bound_h = c_g, c_h

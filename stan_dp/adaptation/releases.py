@@ -84,18 +84,26 @@ class Ledger:
 
 
 def noisy_counts(rng_noise: np.random.Generator, values: np.ndarray | RowColumns, thresholds: np.ndarray,
-                 noise_multiplier: float, ledger: Ledger, what: str) -> np.ndarray:
+                 noise_multiplier: float, ledger: Ledger, what: str, repeats: int | None = None) -> np.ndarray:
     """Release ``#{i : values[i, j] > thresholds[j]}`` for every column ``j``, with noise.
 
     ``values`` is a per-row array or a :class:`~stan_dp.aggregates.RowColumns`
     view of rows held elsewhere (the counts are computed where the rows are).
     Non-finite values count as above any threshold (``+inf``) or never
-    (``NaN``): either way a row changes each count by at most one.
+    (``NaN``): either way a row changes each count by at most one.  With
+    ``repeats=k`` the same counts are computed once and released ``k`` times
+    (``k`` ledger entries, ``what`` suffixed ``.0 .. .k-1``), shape ``(k, d)``.
     """
     v = columns(values)
     counts = v.count_above(np.asarray(thresholds, dtype=float))
-    sd = ledger.add(what, noise_multiplier, float(np.sqrt(v.width)))
-    return np.asarray(gaussian_release(rng_noise, counts, sd), dtype=float)
+    if repeats is None:
+        sd = ledger.add(what, noise_multiplier, float(np.sqrt(v.width)))
+        return np.asarray(gaussian_release(rng_noise, counts, sd), dtype=float)
+    out = []
+    for r in range(int(repeats)):
+        sd = ledger.add(f"{what}.{r}", noise_multiplier, float(np.sqrt(v.width)))
+        out.append(np.asarray(gaussian_release(rng_noise, counts, sd), dtype=float))
+    return np.array(out).reshape(int(repeats), v.width)
 
 
 def clipped_vector_sum(rng_noise: np.random.Generator, rows: np.ndarray | RowColumns, bound: float,
