@@ -317,14 +317,23 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     lam, q = np.linalg.eigh(cov)
     root_cov = q * np.sqrt(np.maximum(lam, 0.0))
     rng = np.random.Generator(np.random.PCG64(None if seed is None else adapted.draw_seed))
-    z = rng.standard_normal((chains, draws, int(model.dim)))
-    constrained = constrain_draws(model.constrain, result.mode + z @ root_cov.T)
+    constrained, redrawn, left = _finite_gaussian_draws(model.constrain, result.mode, root_cov, rng,
+                                                        chains, draws)
     noise = attrs["max_noise_sd_in_posterior_sds"]
     if attrs["noise_exceed_probability"] > EXCEED_PROBABILITY:
+        consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
+                       "imprecise" if result.settled else
+                       "the draws are widened by it, but the search did not settle, so this noise "
+                       "leaves out how far the mode may still be: the intervals are not credible "
+                       "intervals")
         emit([f"the privacy noise in the mean is up to {noise:.2g} posterior sds per coordinate "
               f"(released estimate; some coordinate is off by more than {FORECAST_LIMIT:g} with "
-              f"probability {attrs['noise_exceed_probability']:.0%}); the draws are widened by it "
-              "so intervals stay calibrated, but the mean is imprecise"], attrs)
+              f"probability {attrs['noise_exceed_probability']:.0%}); {consequence}"], attrs)
+    if redrawn:
+        emit([f"{redrawn} of {chains * draws} draws of the noise-aware Gaussian overflowed the "
+              "model's constraining transforms (a non-finite parameter value) and were drawn again"
+              + (f"; {left} still are non-finite" if left else "")
+              + ": the Gaussian is so wide that the data pin nothing down"], attrs)
     attrs.update({
         "sampler": "gaussian",
         "method": "noise-aware Gaussian approximation at a private mode",
@@ -338,11 +347,63 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         "warmup": 0,
         "seeded": seed is not None,
         "releases": len(result.ledger.entries),
-        "mixed": True,
+        # an unsettled search's covariance leaves out how far its mode may still be: its
+        # intervals are not credible intervals (the CLI then leaves them out)
+        "mixed": bool(result.settled),
+        "nonfinite_draws_redrawn": int(redrawn),
     })
     if relation == "replace_one":
         attrs["n_rows"] = int(model.n_rows)
     return build_inference_data(constrained, {}, warmup=0, attrs=attrs)
+
+
+GAUSSIAN_REDRAWS = 50
+"""Times a Gaussian draw whose constrained value is non-finite is drawn again (:func:`_finite_gaussian_draws`)."""
+
+
+def _finite_gaussian_draws(constrain: Any, mode: np.ndarray, root_cov: np.ndarray,
+                           rng: np.random.Generator, chains: int, draws: int
+                           ) -> tuple[dict[str, np.ndarray], int, int]:
+    """Draws of ``N(mode, root_cov root_cov')`` mapped by ``constrain``, all finite if possible.
+
+    A draw whose constrained value is non-finite (``exp`` of a log-scale
+    beyond ~709 overflows) is drawn again, up to :data:`GAUSSIAN_REDRAWS`
+    times: the result is the Gaussian restricted to values the model can
+    represent, which differs from it only when the Gaussian is so wide that
+    the fit says nothing (the caller warns).  Post-processing of the
+    released mode and covariance only.
+
+    Returns
+    -------
+    constrained : dict
+        ``name -> array (chains, draws, *shape)``.
+    redrawn : int
+        Draws that were drawn again at least once.
+    left : int
+        Draws still non-finite after the last attempt.
+    """
+    dim = mode.size
+    positions = mode + rng.standard_normal((chains, draws, dim)) @ root_cov.T
+    out = constrain_draws(constrain, positions)
+
+    def bad_draws() -> np.ndarray:
+        flags = np.zeros((chains, draws), dtype=bool)
+        for value in out.values():
+            flags |= ~np.all(np.isfinite(value.reshape(chains, draws, -1)), axis=2)
+        return flags
+
+    bad = bad_draws()
+    redrawn = int(bad.sum())
+    for _ in range(GAUSSIAN_REDRAWS):
+        if not bad.any():
+            break
+        idx = np.argwhere(bad)
+        fresh = mode + rng.standard_normal((len(idx), dim)) @ root_cov.T
+        redone = constrain_draws(constrain, fresh[None, :, :])
+        for name, value in redone.items():
+            out[name][idx[:, 0], idx[:, 1]] = value[0]
+        bad = bad_draws()
+    return out, redrawn, int(bad.sum())
 
 
 MCMC_ADAPTATION_SHARE = 0.5

@@ -209,7 +209,9 @@ def _print_fit(fit) -> None:
         for line in warnings_text.split("\n"):
             print(f"  - {line}")
     if not mixed:
-        print("  (intervals not shown: the chains did not mix)")
+        why = ("the private mode search did not settle" if attrs.get("sampler") == "gaussian"
+               else "the chains did not mix")
+        print(f"  (intervals not shown: {why})")
     print()
     print_privacy_report(attrs)
 

@@ -1052,6 +1052,11 @@ def compare(
             f"the private chains have NOT MIXED (R-hat > {RHAT_MAX}) for {_short(not_mixed)}: "
             "the draws are not yet a sample of any posterior; the means and the central "
             "intervals above describe the draws only and are not credible intervals")
+    if not not_mixed and not bool(attrs.get("mixed", True)):
+        result.notes.append(
+            "the private fit flags its own draws as not credible (its sampler's attrs say "
+            "mixed = False; see the sampler warnings): the means and the central intervals above "
+            "describe the draws only and are not credible intervals")
     if low_ess:
         result.notes.append(
             f"bulk ESS below {ESS_MIN:.0f} for {_short(low_ess)}: the Monte Carlo error of a "

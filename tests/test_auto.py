@@ -176,6 +176,51 @@ def test_stuck_chains_warn_and_mixing_chains_do_not():
     assert fit.attrs["mixed"] and fit.attrs["warnings"] == ""
 
 
+def test_an_unsettled_search_does_not_present_credible_intervals(capsys):
+    # n = 60, epsilon = 1, a predictor in metres: the search cannot settle.  Its
+    # covariance leaves out how far the mode may be, so the fit must not pass for a
+    # posterior: mixed = False (the CLI and compare then drop or disown the
+    # intervals), and the noise warning must not claim calibration.
+    fit, caught = _quiet_sample(logistic(60, 0, True), epsilon=1.0, delta=1e-5, seed=0, draws=200)
+    texts = [str(w.message) for w in caught]
+    assert not fit.attrs["search_settled"] and not fit.attrs["mixed"]
+    assert any("did not settle" in t for t in texts)
+    assert not any("calibrated" in t for t in texts)
+    from stan_dp.cli import _print_fit
+    _print_fit(fit)
+    printed = capsys.readouterr().out
+    assert "hdi" not in printed and "the private mode search did not settle" in printed
+    # a settled search keeps its intervals
+    fit, caught = _quiet_sample(logistic(10_000, 0, False), epsilon=4.0, delta=1e-5, seed=0, draws=200)
+    assert fit.attrs["search_settled"] and fit.attrs["mixed"]
+
+
+def test_gaussian_draws_that_overflow_the_constraint_are_drawn_again():
+    from stan_dp.auto import _finite_gaussian_draws
+
+    def constrain(theta):
+        with np.errstate(over="ignore"):
+            return {"sigma": np.exp(theta)}
+
+    # log sigma ~ N(700, 10^2): exp overflows beyond log(max float) = 709.78, a
+    # share 1 - Phi(0.978) = 16% of the draws.  Redrawn, they follow the Gaussian
+    # truncated there, whose mean is 700 - 10 phi(z) / Phi(z) at z = 0.978.
+    rng = np.random.default_rng(3)
+    out, redrawn, left = _finite_gaussian_draws(constrain, np.array([700.0]), np.array([[10.0]]), rng, 4, 1000)
+    z = (np.log(np.finfo(float).max) - 700.0) / 10.0
+    assert left == 0 and np.all(np.isfinite(out["sigma"]))
+    assert abs(redrawn / 4000 - stats.norm.sf(z)) < 4 * np.sqrt(0.16 * 0.84 / 4000)
+    truncated_mean = 700.0 - 10.0 * stats.norm.pdf(z) / stats.norm.cdf(z)
+    logs = np.log(out["sigma"]).ravel()
+    assert abs(logs.mean() - truncated_mean) < 4 * logs.std() / np.sqrt(logs.size)
+    # nothing overflows: the draws are the plain Gaussian's, from the same stream
+    out, redrawn, _ = _finite_gaussian_draws(constrain, np.array([0.0]), np.array([[1.0]]),
+                                              np.random.default_rng(3), 2, 50)
+    plain = np.random.default_rng(3).standard_normal((2, 50, 1))
+    assert redrawn == 0
+    np.testing.assert_allclose(np.log(out["sigma"]), plain)
+
+
 def test_private_quantiles_find_the_quantile_and_count_sensitivity():
     rng = np.random.default_rng(0)
     values = np.abs(rng.normal(size=(5000, 3))) * np.array([1e-4, 1.0, 1e5])
