@@ -49,6 +49,12 @@ Steps (every data access a Gaussian release written to the ledger):
    (inverse pooled curvature) and the noise covariance.  The search has
    *settled* when at least two rounds are pooled and the pooled curvature is
    resolved in every direction; otherwise the result says so.
+4. **Exact prior** (settled searches): the pooled rounds' released data
+   gradients and curvature form a quadratic model of the log-likelihood; its
+   sum with the exact log prior is maximised (:func:`_exact_prior_mode`,
+   public), so that coordinates the prior holds (a hierarchical mean or
+   scale) sit at their exact conditional mode and the curvature is the
+   prior's at the mode, not an average over the rounds' points.
 """
 
 from __future__ import annotations
@@ -117,8 +123,14 @@ class AdaptationSettings(NamedTuple):
     kappa: float | None = None
     """Gradient clip bound in the frame, as a multiple of ``C_w = sqrt(chi2_{d,0.9} / n)``;
     ``None``: :func:`clip_inflation`, which grows with ``n`` and the budget."""
-    kappa_hessian: float = 3.0
-    """Curvature clip bound in the frame, as a multiple of ``chi2_{d,0.9} / n``."""
+    kappa_hessian: float = 1.5
+    """Curvature clip bound in the frame, as a multiple of ``chi2_{d,0.9} / n``.  1.5 clips under
+    1% of the rows of a GLM with normal predictors (chi2_10 beyond 1.5 times its 90th percentile)
+    and halves the curvature noise of 3, so :func:`round_count` plans about four times as many
+    rounds: rms error 1.30 -> 0.97 sd (logistic D = 10, n = 1e4, epsilon = 1; no run settled at 3,
+    all at 1.5), 0.32 -> 0.26 (epsilon = 4), 0.50 -> 0.39 (n = 1e5, epsilon = 1); a varying-intercept
+    model (n = 3000, epsilon = 4) went from 40-200 sd off and unsettled to settled within 1-4 sd.
+    At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
     quantile_share: float = 0.05
     """Share of the adaptation budget (PLD mean) for the initial scale."""
     quantile_rounds: int = 12
@@ -553,6 +565,7 @@ def private_mode(
                 # so that neither the evaluation point nor the frame wanders by
                 # the noise of a single round.
                 pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
+                             "data_grad": inv_frame.T @ g_rel,
                              "grad_precision": frame @ frame.T / sd_g**2,
                              "hess": inv_frame.T @ h_rel @ inv_frame,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h})
@@ -577,13 +590,17 @@ def private_mode(
         if trace is not None:
             trace.append({"theta": path[-1], "step": move.copy(), "overshoot": overshoot,
                           "collapse": collapse, "eig": lam.copy(), "ok": rounds[-1]["ok"],
+                          "tau": tau, "bound_g": bound_g, "bound_h": bound_h,
                           "frame_sd": np.sqrt(np.diag(frame @ frame.T))})
         path.append(theta.copy())
 
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame)
-        mode, noise_cov, curvature, used, settled = (pooled.mode, pooled.noise_cov, pooled.curvature,
-                                                     len(pool), pooled.resolved)
+        if pooled.resolved:
+            mode, noise_cov, curvature = _exact_prior_mode(density, pool, pooled, frame, s.fd_step)
+        else:   # an unresolved pool's quadratic model is not trusted beyond its one-step estimates
+            mode, noise_cov, curvature = pooled.mode, pooled.noise_cov, pooled.curvature
+        used, settled = len(pool), pooled.resolved
     else:
         last = [r for r in rounds if "one_step" in r][-1:]
         if not last:  # every round stepped back: report where the search stands
@@ -606,6 +623,97 @@ def private_mode(
     tail_rows_sd = tail_sd / math.sqrt(len(tail_counts)) if tail_counts else math.inf
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd)
+
+
+POLISH_ITERATIONS = 50
+"""Most Newton iterations of :func:`_exact_prior_mode` (a public computation)."""
+
+
+def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled", frame: np.ndarray,
+                      h: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mode of the pooled rounds' quadratic model of the log-likelihood plus the exact log prior.
+
+    Each pooled round ``k`` released the data gradient ``G_k`` at ``theta_k``
+    (noise precision ``P_k``); with the pooled data curvature ``H_d`` (their
+    mean release, its eigenvalues shrunk by their signal-to-noise ratio) they
+    give the quadratic model ``b' theta - theta' H_d theta / 2`` of the
+    log-likelihood, ``b = (sum P_k)^-1 sum P_k (G_k + H_d theta_k)``.  Its sum
+    with the *exact* log prior is maximised by damped Newton steps from the
+    pooled estimate (backtracking on that public objective; the prior's
+    Hessian by central differences of its gradient).  Where the prior holds a
+    coordinate the rows do not touch (a hierarchical mean or scale), its mode
+    is then the exact conditional one, and the curvature is the prior's at
+    that mode, not an average over the rounds' points; where the rows
+    dominate it is the pooled one-step estimate (the two agree to first
+    order).  Post-processing of released values only.
+
+    Returns the mode, the covariance of its privacy noise
+    ``H^-1 (sum P_k)^-1 H^-1`` and the curvature ``H`` (theta space).  If the
+    objective is not finite at the pooled estimate, the pooled estimate is
+    returned unchanged.
+    """
+    d = frame.shape[0]
+    inv_frame = np.linalg.inv(frame)
+    mean_hess = np.mean([r["hess"] for r in pool], axis=0)
+    sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
+    tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
+    data_f = frame.T @ mean_hess @ frame
+    lam_d, q_d = np.linalg.eigh(0.5 * (data_f + data_f.T))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = np.clip(1.0 - tau**2 / np.maximum(lam_d * lam_d, 1e-300), 0.0, 1.0)
+    h_data = inv_frame.T @ ((q_d * (lam_d * keep)) @ q_d.T) @ inv_frame   # theta space
+    precisions = [r["grad_precision"] for r in pool]
+    total_precision = np.sum(precisions, axis=0)
+    weighted = np.sum([p @ (r["data_grad"] + h_data @ r["theta"]) for p, r in zip(precisions, pool)], axis=0)
+    b = np.linalg.solve(total_precision, weighted)
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad = prior_gradient(density, theta)
+        return (float(b @ theta - 0.5 * theta @ h_data @ theta + value),
+                b - h_data @ theta + np.where(np.isfinite(grad), grad, 0.0))
+
+    data_shrunk = (q_d * (lam_d * keep)) @ q_d.T   # frame units
+
+    def newton_step(theta: np.ndarray, grad: np.ndarray) -> np.ndarray:
+        # the objective is exact (public), so no noise floor: saddle-free Newton on the shrunk
+        # data curvature plus the prior's, within a trust region of 3 sqrt(d) frame units
+        total = data_shrunk + prior_neg_hessian(density, theta, frame, h)
+        lam, q = np.linalg.eigh(0.5 * (total + total.T))
+        lam = np.clip(np.abs(lam), 1e-3, 1e8)
+        du = q @ ((q.T @ (frame.T @ grad)) / lam)
+        length = float(np.linalg.norm(du))
+        if length > 3.0 * math.sqrt(d):
+            du *= 3.0 * math.sqrt(d) / length
+        return frame @ du
+
+    def curvature_at(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _shrunk_eigen(data_f, prior_neg_hessian(density, theta, frame, h), tau)
+
+    theta = pooled.mode.copy()
+    value, grad = objective(theta)
+    if not np.isfinite(value):
+        return pooled.mode, pooled.noise_cov, pooled.curvature
+    for _ in range(POLISH_ITERATIONS):
+        step = newton_step(theta, grad)
+        t = 1.0
+        while t > 1e-6:
+            trial = theta + t * step
+            trial_value, trial_grad = objective(trial)
+            if np.isfinite(trial_value) and trial_value >= value:
+                break
+            t *= 0.5
+        else:
+            break
+        done = trial_value - value < 1e-10 * max(1.0, abs(value))
+        theta, value, grad = trial, trial_value, trial_grad
+        if done:
+            break
+    lam, q = curvature_at(theta)
+    curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
+    curvature = 0.5 * (curvature + curvature.T)
+    h_inv = (frame @ q / lam) @ (frame @ q).T
+    noise_cov = h_inv @ np.linalg.pinv(total_precision) @ h_inv
+    return theta, 0.5 * (noise_cov + noise_cov.T), curvature
 
 
 class _Pooled(NamedTuple):

@@ -79,7 +79,7 @@ class Ledger:
         kinds: dict[str, list[float]] = {}
         for e in self.entries:
             kinds.setdefault(e.what.split(",")[0], []).append(e.noise_multiplier)
-        return "; ".join(f"{k}: {len(z)} x z={min(z):.4g}" + (f"..{max(z):.4g}" if max(z) > min(z) else "")
+        return "; ".join(f"{k}: {len(z)} x z={min(z):.6g}" + (f"..{max(z):.6g}" if max(z) > min(z) else "")
                          for k, z in kinds.items())
 
 
