@@ -3,6 +3,8 @@
 * :class:`NormalMean` — conjugate normal mean, known sigma: exact (tempered) posterior.
 * :class:`NormalMeanScale` — unknown mean and log-scale; reference by grid quadrature.
 * :class:`LogisticRegression` — ``alpha`` scalar and ``beta[2]`` vector (output shapes).
+* :class:`VaryingIntercept` — group intercepts partially pooled (a hierarchical mean and
+  scale only the prior touches); exact joint mode by Newton's method.
 * :class:`Untouchable` — wraps a density and raises if the data is touched.
 * :class:`NormalMeanExpFamily`, :class:`NormalMeanScaleExpFamily` — the same
   models written on summed sufficient statistics.
@@ -213,3 +215,72 @@ class NotAffine(NormalMeanExpFamily):
 
     def log_lik_stats(self, theta, stats) -> float:
         return super().log_lik_stats(theta, stats) + 1e-3 * float(stats[0]) ** 2
+
+
+class VaryingIntercept:
+    """``y_i ~ N(a[g_i], sigma)``, ``a_j ~ N(mu, tau)``, ``mu ~ N(0, 100)``, ``tau, sigma ~ N+(0, 10)``.
+
+    Unconstrained ``theta = (mu, log tau, a_1..a_J, log sigma)``; the log
+    prior includes the Jacobians of the log transforms.  Rows touch only
+    ``a`` and ``log sigma``; ``mu`` and ``log tau`` are held by the prior.
+    """
+
+    def __init__(self, y: np.ndarray, g: np.ndarray, groups: int) -> None:
+        self.y, self.g, self.groups = np.asarray(y, float), np.asarray(g, int), int(groups)
+        self.n_rows, self.dim = int(self.y.size), self.groups + 3
+        self.param_names = ["mu", "tau"] + [f"a[{j + 1}]" for j in range(self.groups)] + ["sigma"]
+
+    def log_prior_grad(self, th: np.ndarray) -> tuple[float, np.ndarray]:
+        mu, lt, a, ls = th[0], th[1], th[2:-1], th[-1]
+        tau, sigma = np.exp(lt), np.exp(ls)
+        r = (a - mu) / tau
+        value = (-0.5 * (mu / 100.0) ** 2 - 0.5 * (tau / 10.0) ** 2 + lt
+                 - self.groups * lt - 0.5 * np.sum(r * r) - 0.5 * (sigma / 10.0) ** 2 + ls)
+        grad = np.zeros(self.dim)
+        grad[0] = -mu / 1e4 + np.sum(r) / tau
+        grad[1] = -(tau / 10.0) ** 2 + 1.0 - self.groups + np.sum(r * r)
+        grad[2:-1] = -r / tau
+        grad[-1] = -(sigma / 10.0) ** 2 + 1.0
+        return float(value), grad
+
+    def log_prior(self, th: np.ndarray) -> float:
+        return self.log_prior_grad(th)[0]
+
+    def row_log_lik_grad(self, th: np.ndarray, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        y, g = self.y[idx], self.g[idx]
+        ls = th[-1]
+        r = (y - th[2:-1][g]) / np.exp(ls)
+        value = -0.5 * r * r - ls - 0.5 * LOG_2PI
+        grad = np.zeros((y.size, self.dim))
+        grad[np.arange(y.size), 2 + g] = r / np.exp(ls)
+        grad[:, -1] = r * r - 1.0
+        return value, grad
+
+    def row_log_lik(self, th: np.ndarray, rows=None) -> np.ndarray:
+        return self.row_log_lik_grad(th, rows)[0]
+
+    def constrain(self, th: np.ndarray) -> dict[str, np.ndarray]:
+        return {"mu": np.asarray(th[0]), "tau": np.asarray(np.exp(th[1])),
+                "a": np.asarray(th[2:-1]), "sigma": np.asarray(np.exp(th[-1]))}
+
+    def exact(self) -> tuple[np.ndarray, np.ndarray]:
+        """Joint posterior mode (unconstrained) and the inverse Hessian there (Newton's method)."""
+        th = np.zeros(self.dim)
+        th[2:-1] = [self.y[self.g == j].mean() for j in range(self.groups)]
+        th[0] = th[2:-1].mean()
+        th[1] = np.log(th[2:-1].std() + 1e-3)
+        th[-1] = np.log(np.std(self.y - th[2:-1][self.g]))
+
+        def total_grad(t: np.ndarray) -> np.ndarray:
+            return self.log_prior_grad(t)[1] + self.row_log_lik_grad(t)[1].sum(axis=0)
+
+        for _ in range(100):
+            h = np.empty((self.dim, self.dim))
+            for j in range(self.dim):
+                e = np.zeros(self.dim)
+                e[j] = 1e-5
+                h[:, j] = -(total_grad(th + e) - total_grad(th - e)) / 2e-5
+            h = 0.5 * (h + h.T)
+            th = th + np.linalg.solve(h, total_grad(th))
+        return th, np.linalg.inv(h)

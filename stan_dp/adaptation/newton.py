@@ -49,12 +49,11 @@ Steps (every data access a Gaussian release written to the ledger):
    (inverse pooled curvature) and the noise covariance.  The search has
    *settled* when at least two rounds are pooled and the pooled curvature is
    resolved in every direction; otherwise the result says so.
-4. **Exact prior** (settled searches): the pooled rounds' released data
-   gradients and curvature form a quadratic model of the log-likelihood; its
-   sum with the exact log prior is maximised (:func:`_exact_prior_mode`,
-   public), so that coordinates the prior holds (a hierarchical mean or
-   scale) sit at their exact conditional mode and the curvature is the
-   prior's at the mode, not an average over the rounds' points.
+4. **Exact prior** (settled searches): coordinates the prior holds (a
+   hierarchical mean or scale: the rows supply under 1% of their curvature)
+   are moved to the exact conditional maximum of the log prior given the
+   others (:func:`_exact_prior_mode`, public), and the curvature takes the
+   prior's at that point, not an average over the rounds' points.
 """
 
 from __future__ import annotations
@@ -565,7 +564,6 @@ def private_mode(
                 # so that neither the evaluation point nor the frame wanders by
                 # the noise of a single round.
                 pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
-                             "data_grad": inv_frame.T @ g_rel,
                              "grad_precision": frame @ frame.T / sd_g**2,
                              "hess": inv_frame.T @ h_rel @ inv_frame,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h})
@@ -627,93 +625,91 @@ def private_mode(
 
 POLISH_ITERATIONS = 50
 """Most Newton iterations of :func:`_exact_prior_mode` (a public computation)."""
+HELD_NOISE_SDS = 3.0
+"""A coordinate is *held by the prior* (:func:`_exact_prior_mode`) when the pooled released data
+curvature on its diagonal is within this many noise sds of 0 and the exact prior's is beyond it."""
 
 
 def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled", frame: np.ndarray,
                       h: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The mode of the pooled rounds' quadratic model of the log-likelihood plus the exact log prior.
+    """Put the coordinates the prior holds at their exact conditional mode (settled searches).
 
-    Each pooled round ``k`` released the data gradient ``G_k`` at ``theta_k``
-    (noise precision ``P_k``); with the pooled data curvature ``H_d`` (their
-    mean release, its eigenvalues shrunk by their signal-to-noise ratio) they
-    give the quadratic model ``b' theta - theta' H_d theta / 2`` of the
-    log-likelihood, ``b = (sum P_k)^-1 sum P_k (G_k + H_d theta_k)``.  Its sum
-    with the *exact* log prior is maximised by damped Newton steps from the
-    pooled estimate (backtracking on that public objective; the prior's
-    Hessian by central differences of its gradient).  Where the prior holds a
-    coordinate the rows do not touch (a hierarchical mean or scale), its mode
-    is then the exact conditional one, and the curvature is the prior's at
-    that mode, not an average over the rounds' points; where the rows
-    dominate it is the pooled one-step estimate (the two agree to first
-    order).  Post-processing of released values only.
+    The pooled one-step estimates use the prior's curvature averaged over the
+    rounds' points, which is right where the rows dominate and wrong for a
+    coordinate only the prior touches — a hierarchical mean or scale, whose
+    conditional mode moves with the group effects (the released data
+    gradient there is pure noise).  The coordinates ``S`` whose released data
+    curvature is within :data:`HELD_NOISE_SDS` noise sds of 0 while the exact
+    prior's is beyond that are moved to the maximum of the exact log prior over ``theta_S`` with the
+    other coordinates fixed at the pooled estimate (damped Newton with
+    backtracking, public).  The privacy noise reaches them only through the
+    others: with ``J = -P_SS^-1 P_SR`` (``P`` the prior's negative Hessian at
+    the new point) the noise covariance is ``L Sigma L'``, ``L`` the
+    identity on ``R`` and ``J`` on ``S``.  The curvature is recomputed with
+    the prior's at the new point.  Post-processing of released values only.
 
-    Returns the mode, the covariance of its privacy noise
-    ``H^-1 (sum P_k)^-1 H^-1`` and the curvature ``H`` (theta space).  If the
-    objective is not finite at the pooled estimate, the pooled estimate is
-    returned unchanged.
+    Returns the mode, its noise covariance and the curvature (theta space);
+    the pooled estimate unchanged when no coordinate is held by the prior, the
+    prior is not finite there, or Newton has not reached a stationary point
+    after :data:`POLISH_ITERATIONS`.
     """
     d = frame.shape[0]
     inv_frame = np.linalg.inv(frame)
+    unchanged = (pooled.mode, pooled.noise_cov, pooled.curvature)
+
+    def prior_theta(theta: np.ndarray) -> np.ndarray:
+        return inv_frame.T @ prior_neg_hessian(density, theta, frame, h) @ inv_frame
+
     mean_hess = np.mean([r["hess"] for r in pool], axis=0)
     sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
-    tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
-    data_f = frame.T @ mean_hess @ frame
-    lam_d, q_d = np.linalg.eigh(0.5 * (data_f + data_f.T))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        keep = np.clip(1.0 - tau**2 / np.maximum(lam_d * lam_d, 1e-300), 0.0, 1.0)
-    h_data = inv_frame.T @ ((q_d * (lam_d * keep)) @ q_d.T) @ inv_frame   # theta space
-    precisions = [r["grad_precision"] for r in pool]
-    total_precision = np.sum(precisions, axis=0)
-    weighted = np.sum([p @ (r["data_grad"] + h_data @ r["theta"]) for p, r in zip(precisions, pool)], axis=0)
-    b = np.linalg.solve(total_precision, weighted)
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        value, grad = prior_gradient(density, theta)
-        return (float(b @ theta - 0.5 * theta @ h_data @ theta + value),
-                b - h_data @ theta + np.where(np.isfinite(grad), grad, 0.0))
-
-    data_shrunk = (q_d * (lam_d * keep)) @ q_d.T   # frame units
-
-    def newton_step(theta: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        # the objective is exact (public), so no noise floor: saddle-free Newton on the shrunk
-        # data curvature plus the prior's, within a trust region of 3 sqrt(d) frame units
-        total = data_shrunk + prior_neg_hessian(density, theta, frame, h)
-        lam, q = np.linalg.eigh(0.5 * (total + total.T))
-        lam = np.clip(np.abs(lam), 1e-3, 1e8)
-        du = q @ ((q.T @ (frame.T @ grad)) / lam)
-        length = float(np.linalg.norm(du))
-        if length > 3.0 * math.sqrt(d):
-            du *= 3.0 * math.sqrt(d) / length
-        return frame @ du
-
-    def curvature_at(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return _shrunk_eigen(data_f, prior_neg_hessian(density, theta, frame, h), tau)
-
+    # noise sd of a diagonal entry of the mean data curvature in theta space: the release is
+    # (X + X')/2-shaped with entry sd sd_h in the frame, so v' E v has sd sd_h |v|^2, v = A^-1 e_j
+    noise = sd_h * np.sum(inv_frame * inv_frame, axis=0)
+    prior_diag = np.diag(prior_theta(pooled.mode))
+    held = ((np.abs(np.diag(mean_hess)) < HELD_NOISE_SDS * noise)
+            & (prior_diag > HELD_NOISE_SDS * noise) & np.isfinite(prior_diag))
+    if not held.any() or held.all():
+        return unchanged
     theta = pooled.mode.copy()
-    value, grad = objective(theta)
+    value, grad = prior_gradient(density, theta)
     if not np.isfinite(value):
-        return pooled.mode, pooled.noise_cov, pooled.curvature
+        return unchanged
+    scale = np.sqrt(np.diag(pooled.curvature)[held]) ** -1.0   # the held coordinates' sds
+    converged = False
     for _ in range(POLISH_ITERATIONS):
-        step = newton_step(theta, grad)
+        p_ss = prior_theta(theta)[np.ix_(held, held)]
+        lam, q = np.linalg.eigh(0.5 * (p_ss + p_ss.T))
+        lam = np.maximum(np.abs(lam), 1e-12 * max(float(np.max(np.abs(lam))), 1e-300))
+        step = q @ ((q.T @ np.where(np.isfinite(grad[held]), grad[held], 0.0)) / lam)
+        longest = float(np.max(np.abs(step) / scale))
+        if longest > 3.0 * math.sqrt(d):   # trust region: 3 sqrt(d) sds of any held coordinate
+            step *= 3.0 * math.sqrt(d) / longest
+        if longest < 1e-6:
+            converged = True
+            break
         t = 1.0
         while t > 1e-6:
-            trial = theta + t * step
-            trial_value, trial_grad = objective(trial)
+            trial = theta.copy()
+            trial[held] += t * step
+            trial_value, trial_grad = prior_gradient(density, trial)
             if np.isfinite(trial_value) and trial_value >= value:
                 break
             t *= 0.5
         else:
+            converged = longest < 1e-3
             break
-        done = trial_value - value < 1e-10 * max(1.0, abs(value))
         theta, value, grad = trial, trial_value, trial_grad
-        if done:
-            break
-    lam, q = curvature_at(theta)
+    if not converged:
+        return unchanged
+    p_full = prior_theta(theta)
+    link = np.eye(d)
+    link[np.ix_(held, held)] = 0.0
+    link[np.ix_(held, ~held)] = -np.linalg.solve(p_full[np.ix_(held, held)], p_full[np.ix_(held, ~held)])
+    noise_cov = link @ pooled.noise_cov @ link.T
+    tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
+    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ p_full @ frame, tau)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
-    curvature = 0.5 * (curvature + curvature.T)
-    h_inv = (frame @ q / lam) @ (frame @ q).T
-    noise_cov = h_inv @ np.linalg.pinv(total_precision) @ h_inv
-    return theta, 0.5 * (noise_cov + noise_cov.T), curvature
+    return theta, 0.5 * (noise_cov + noise_cov.T), 0.5 * (curvature + curvature.T)
 
 
 class _Pooled(NamedTuple):
