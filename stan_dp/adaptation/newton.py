@@ -50,8 +50,8 @@ Steps (every data access a Gaussian release written to the ledger):
    *settled* when at least two rounds are pooled and the pooled curvature is
    resolved in every direction; otherwise the result says so.
 4. **Exact prior** (settled searches): coordinates the prior holds (a
-   hierarchical mean or scale: the rows supply under 1% of their curvature)
-   are moved to the exact conditional maximum of the log prior given the
+   hierarchical mean or scale: their released data curvature is within 3
+   noise sds of 0, the exact prior's beyond) are moved to the exact conditional maximum of the log prior given the
    others (:func:`_exact_prior_mode`, public), and the curvature takes the
    prior's at that point, not an average over the rounds' points.
 """
@@ -640,8 +640,8 @@ def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled
     conditional mode moves with the group effects (the released data
     gradient there is pure noise).  The coordinates ``S`` whose released data
     curvature is within :data:`HELD_NOISE_SDS` noise sds of 0 while the exact
-    prior's is beyond that are moved to the maximum of the exact log prior over ``theta_S`` with the
-    other coordinates fixed at the pooled estimate (damped Newton with
+    prior's is beyond that are moved to the maximum of the exact log prior
+    over ``theta_S`` with the other coordinates fixed at the pooled estimate (damped Newton with
     backtracking, public).  The privacy noise reaches them only through the
     others: with ``J = -P_SS^-1 P_SR`` (``P`` the prior's negative Hessian at
     the new point) the noise covariance is ``L Sigma L'``, ``L`` the
