@@ -190,6 +190,8 @@ def test_an_unsettled_search_does_not_present_credible_intervals(capsys):
     _print_fit(fit)
     printed = capsys.readouterr().out
     assert "hdi" not in printed and "the private mode search did not settle" in printed
+    notes = stan_dp.compare(fit, fit).notes     # any reference: the note comes from the fit's attrs
+    assert any("not credible" in note and "mixed = False" in note for note in notes)
     # a settled search keeps its intervals
     fit, caught = _quiet_sample(logistic(10_000, 0, False), epsilon=4.0, delta=1e-5, seed=0, draws=200)
     assert fit.attrs["search_settled"] and fit.attrs["mixed"]
