@@ -51,9 +51,10 @@ Steps (every data access a Gaussian release written to the ledger):
    resolved in every direction; otherwise the result says so.
 4. **Exact prior** (settled searches): coordinates the prior holds (a
    hierarchical mean or scale: their released data curvature is within 3
-   noise sds of 0, the exact prior's beyond) are moved to the exact conditional maximum of the log prior given the
-   others (:func:`_exact_prior_mode`, public), and the curvature takes the
-   prior's at that point, not an average over the rounds' points.
+   noise sds of 0, the exact prior's beyond) are moved to the exact
+   conditional maximum of the log prior given the others
+   (:func:`_exact_prior_mode`, public), and the curvature takes the prior's
+   at that point, not an average over the rounds' points.
 """
 
 from __future__ import annotations
@@ -595,7 +596,7 @@ def private_mode(
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame)
         if pooled.resolved:
-            mode, noise_cov, curvature = _exact_prior_mode(density, pool, pooled, frame, s.fd_step)
+            mode, noise_cov, curvature = _exact_prior_mode(density, pooled, frame, s.fd_step)
         else:   # an unresolved pool's quadratic model is not trusted beyond its one-step estimates
             mode, noise_cov, curvature = pooled.mode, pooled.noise_cov, pooled.curvature
         used, settled = len(pool), pooled.resolved
@@ -630,7 +631,7 @@ HELD_NOISE_SDS = 3.0
 curvature on its diagonal is within this many noise sds of 0 and the exact prior's is beyond it."""
 
 
-def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled", frame: np.ndarray,
+def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray,
                       h: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Put the coordinates the prior holds at their exact conditional mode (settled searches).
 
@@ -641,8 +642,8 @@ def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled
     gradient there is pure noise).  The coordinates ``S`` whose released data
     curvature is within :data:`HELD_NOISE_SDS` noise sds of 0 while the exact
     prior's is beyond that are moved to the maximum of the exact log prior
-    over ``theta_S`` with the other coordinates fixed at the pooled estimate (damped Newton with
-    backtracking, public).  The privacy noise reaches them only through the
+    over ``theta_S`` with the other coordinates fixed at the pooled estimate
+    (damped Newton with backtracking, public).  The privacy noise reaches them only through the
     others: with ``J = -P_SS^-1 P_SR`` (``P`` the prior's negative Hessian at
     the new point) the noise covariance is ``L Sigma L'``, ``L`` the
     identity on ``R`` and ``J`` on ``S``.  The curvature is recomputed with
@@ -660,11 +661,10 @@ def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled
     def prior_theta(theta: np.ndarray) -> np.ndarray:
         return inv_frame.T @ prior_neg_hessian(density, theta, frame, h) @ inv_frame
 
-    mean_hess = np.mean([r["hess"] for r in pool], axis=0)
-    sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
+    mean_hess = pooled.data_curvature
     # noise sd of a diagonal entry of the mean data curvature in theta space: the release is
-    # (X + X')/2-shaped with entry sd sd_h in the frame, so v' E v has sd sd_h |v|^2, v = A^-1 e_j
-    noise = sd_h * np.sum(inv_frame * inv_frame, axis=0)
+    # (X + X')/2-shaped with entry sd s in the frame, so v' E v has sd s |v|^2, v = A^-1 e_j
+    noise = pooled.curvature_sd * np.sum(inv_frame * inv_frame, axis=0)
     prior_diag = np.diag(prior_theta(pooled.mode))
     held = ((np.abs(np.diag(mean_hess)) < HELD_NOISE_SDS * noise)
             & (prior_diag > HELD_NOISE_SDS * noise) & np.isfinite(prior_diag))
@@ -706,8 +706,7 @@ def _exact_prior_mode(density: Any, pool: list[dict[str, Any]], pooled: "_Pooled
     link[np.ix_(held, held)] = 0.0
     link[np.ix_(held, ~held)] = -np.linalg.solve(p_full[np.ix_(held, held)], p_full[np.ix_(held, ~held)])
     noise_cov = link @ pooled.noise_cov @ link.T
-    tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
-    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ p_full @ frame, tau)
+    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ p_full @ frame, pooled.tau)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
     return theta, 0.5 * (noise_cov + noise_cov.T), 0.5 * (curvature + curvature.T)
 
@@ -719,6 +718,12 @@ class _Pooled(NamedTuple):
     frame: np.ndarray
     resolved: bool
     """No eigenvalue of the pooled curvature sits at the noise floor."""
+    data_curvature: np.ndarray
+    """Mean of the pooled rounds' released data curvatures (theta space, unprojected)."""
+    curvature_sd: float
+    """Entry noise sd of :attr:`data_curvature` in the frame it was pooled in."""
+    tau: float
+    """Spectral noise of :attr:`data_curvature` in that frame (the :func:`_shrunk_eigen` threshold)."""
 
 
 def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
@@ -758,4 +763,4 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
         weighted += p @ (r["theta"] + h_inv @ r["grad"])
     noise_cov = np.linalg.pinv(precision)
     return _Pooled(noise_cov @ weighted, 0.5 * (noise_cov + noise_cov.T), curvature,
-                   frame @ (q / np.sqrt(lam)), resolved)
+                   frame @ (q / np.sqrt(lam)), resolved, mean_hess, sd_h, tau)
