@@ -330,10 +330,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
               f"(released estimate; some coordinate is off by more than {FORECAST_LIMIT:g} with "
               f"probability {attrs['noise_exceed_probability']:.0%}); {consequence}"], attrs)
     if redrawn:
-        emit([f"{redrawn} of {chains * draws} draws of the noise-aware Gaussian overflowed the "
-              "model's constraining transforms (a non-finite parameter value) and were drawn again"
-              + (f"; {left} still are non-finite" if left else "")
-              + ": the Gaussian is so wide that the data pin nothing down"], attrs)
+        emit([_overflow_warning(model.constrain, result.mode, redrawn, left, chains * draws)], attrs)
     attrs.update({
         "sampler": "gaussian",
         "method": "noise-aware Gaussian approximation at a private mode",
@@ -355,6 +352,18 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     if relation == "replace_one":
         attrs["n_rows"] = int(model.n_rows)
     return build_inference_data(constrained, {}, warmup=0, attrs=attrs)
+
+
+def _overflow_warning(constrain: Any, mode: np.ndarray, redrawn: int, left: int, total: int) -> str:
+    """The warning for Gaussian draws that overflowed the constraints, with its likely cause."""
+    at_mode = constrain_draws(constrain, mode[None, None, :])
+    why = ("the Gaussian is so wide that the data pin nothing down"
+           if all(np.all(np.isfinite(v)) for v in at_mode.values()) else
+           "the private mode itself is beyond what the model can represent (a parameter at "
+           "infinity), so the search ended nowhere near the posterior")
+    return (f"{redrawn} of {total} draws of the noise-aware Gaussian overflowed the model's "
+            "constraining transforms (a non-finite parameter value) and were drawn again"
+            + (f"; {left} still are non-finite" if left else "") + f": {why}")
 
 
 GAUSSIAN_REDRAWS = 50

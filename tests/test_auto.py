@@ -198,7 +198,7 @@ def test_an_unsettled_search_does_not_present_credible_intervals(capsys):
 
 
 def test_gaussian_draws_that_overflow_the_constraint_are_drawn_again():
-    from stan_dp.auto import _finite_gaussian_draws
+    from stan_dp.auto import _finite_gaussian_draws, _overflow_warning
 
     def constrain(theta):
         with np.errstate(over="ignore"):
@@ -221,6 +221,13 @@ def test_gaussian_draws_that_overflow_the_constraint_are_drawn_again():
     plain = np.random.default_rng(3).standard_normal((2, 50, 1))
     assert redrawn == 0
     np.testing.assert_allclose(np.log(out["sigma"]), plain)
+    # a mode beyond what the transforms represent: every draw overflows, and the warning says why
+    out, redrawn, left = _finite_gaussian_draws(constrain, np.array([800.0]), np.array([[1.0]]),
+                                                np.random.default_rng(3), 1, 20)
+    assert redrawn == left == 20
+    text = _overflow_warning(constrain, np.array([800.0]), redrawn, left, 20)
+    assert "20 still are non-finite" in text and "the private mode itself" in text
+    assert "so wide" in _overflow_warning(constrain, np.array([700.0]), 3, 0, 20)
 
 
 def test_private_quantiles_find_the_quantile_and_count_sensitivity():
