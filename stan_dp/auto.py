@@ -46,6 +46,7 @@ from stan_dp.adaptation.newton import (
     AdaptationResult,
     AdaptationSettings,
     adaptation_releases,
+    rounds_share,
     TAIL_MULTIPLE,
     clip_inflation,
     private_mode,
@@ -234,7 +235,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
     settings, budget_m, releases = _adaptation_plan(epsilon, delta, share, settings, n_public, dim)
-    final_share = (1.0 - settings.quantile_share) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
+    final_share = rounds_share(settings) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)
     fc = forecast(n_public, dim, epsilon, delta, relation=relation,
                   kappa=clip_inflation(settings, n_public, budget_m, relation),
                   share=final_share * share, limit=FORECAST_LIMIT)

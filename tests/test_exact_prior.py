@@ -16,10 +16,13 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import optimize
 
 import densities
-from stan_dp.adaptation.forecast import pld_mean_budget
+from stan_dp.adaptation import newton
+from stan_dp.adaptation.forecast import exceed_probability, pld_mean_budget
 from stan_dp.adaptation.newton import private_mode
+from stan_dp.auto import EXCEED_PROBABILITY, FORECAST_LIMIT, PRIOR_SHARE_LIMIT
 
 N = 3000
 
@@ -31,23 +34,92 @@ def _model(data_seed: int) -> densities.VaryingIntercept:
     return densities.VaryingIntercept(effects[groups] + 1.5 * rng.normal(size=N), groups, 5)
 
 
-@pytest.mark.parametrize("data_seed,seed", [(0, 0), (0, 1), (1, 0)])
-def test_the_prior_held_mean_and_scale_sit_at_the_exact_mode(data_seed, seed):
-    model = _model(data_seed)
+def _neg_hessian(fn, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """``-d grad / d theta`` of a gradient function by central differences (symmetrised)."""
+    d = theta.size
+    out = np.empty((d, d))
+    for j in range(d):
+        e = np.zeros(d)
+        e[j] = h
+        out[:, j] = -(fn(theta + e) - fn(theta - e)) / (2 * h)
+    return 0.5 * (out + out.T)
+
+
+def _conditional_prior_mode(model, theta: np.ndarray) -> np.ndarray:
+    """Maximum of the exact log prior over (mu, log tau) with the rest fixed (scipy, independent)."""
+    def neg(x):
+        t = theta.copy()
+        t[:2] = x
+        value, grad = model.log_prior_grad(t)
+        return -value, -grad[:2]
+
+    fit = optimize.minimize(neg, theta[:2], jac=True, method="BFGS", options={"gtol": 1e-12})
+    out = theta.copy()
+    out[:2] = fit.x
+    return out
+
+
+def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_mode():
+    """A pooled estimate at the exact joint mode with mu and log tau moved 2 sds away (what the
+    search left them at before the step): the step brings them back to the joint mode, leaves the
+    rest alone, and propagates the others' noise to them by the implicit-function map."""
+    model = _model(0)
     mode, cov = model.exact()
     sd = np.sqrt(np.diag(cov))
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = private_mode(model, n_public=N, pld_mean=pld_mean_budget(4.0, 1e-5),
-                              relation="replace_one", rng_noise=np.random.default_rng(seed),
-                              init=np.zeros(model.dim))
-    assert result.settled
-    error = (result.mode - mode) / sd
-    # mu and log tau: within 0.2 sd (before this step: 1.4-6.9 sd in these three runs)
-    assert np.all(np.abs(error[:2]) < 0.2), error
-    # the exact log prior is stationary in them (they are its conditional maximum)
-    _, grad = model.log_prior_grad(result.mode)
-    assert np.all(np.abs(grad[:2] * sd[:2]) < 1e-3), grad[:2] * sd[:2]
-    # their claimed noise is what reaches them from the group effects: small, not zero
-    claimed = np.sqrt(np.diag(result.noise_covariance))[:2] / sd[:2]
-    assert np.all((claimed > 1e-3) & (claimed < 0.2)), claimed
+    pooled_mode = mode.copy()
+    pooled_mode[:2] += 2.0 * sd[:2]
+    data_curvature = _neg_hessian(lambda t: model.row_log_lik_grad(t)[1].sum(axis=0), mode)
+    assert np.all(np.abs(data_curvature[:2]) < 1e-6)          # no row touches mu or log tau
+    curvature = data_curvature + _neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled_mode)
+    lam, q = np.linalg.eigh(curvature)
+    frame = (q / np.sqrt(lam)) @ q.T
+    noise_cov = 0.04 * cov                                    # a released noise of 0.2 sds
+    pooled = newton._Pooled(pooled_mode, noise_cov, curvature, frame, True, data_curvature,
+                            curvature_sd=0.01, tau=0.1)
+    theta, new_noise, new_curvature = newton._exact_prior_mode(model, pooled, frame, 1e-3)
+
+    # mu and log tau: the joint mode's (no row touches them, so there they maximise the prior
+    # given the effects), and the exact prior is stationary in them
+    assert np.all(np.abs(theta[:2] - mode[:2]) / sd[:2] < 1e-3), (theta - mode) / sd
+    assert np.all(np.abs(model.log_prior_grad(theta)[1][:2] * sd[:2]) < 1e-6)
+    assert np.array_equal(theta[2:], pooled_mode[2:])          # the rest stays where it was
+    # noise: L Sigma L' with L the Jacobian of the conditional-mode map (finite differences
+    # of an independent optimiser), the identity on the rest
+    link = np.eye(model.dim)
+    link[:2] = 0.0
+    for j in range(2, model.dim):
+        e = np.zeros(model.dim)
+        e[j] = 1e-4 * sd[j]
+        up, down = _conditional_prior_mode(model, theta + e), _conditional_prior_mode(model, theta - e)
+        link[:2, j] = (up[:2] - down[:2]) / (2 * e[j])
+    expected = link @ noise_cov @ link.T
+    np.testing.assert_allclose(new_noise, expected, rtol=2e-3, atol=1e-9 * np.max(np.abs(expected)))
+    # the curvature of mu and log tau is the prior's at the new point
+    prior_here = _neg_hessian(lambda t: model.log_prior_grad(t)[1], theta)
+    np.testing.assert_allclose(new_curvature[:2, :2], prior_here[:2, :2], rtol=1e-3,
+                               atol=1e-4 * np.max(np.abs(prior_here[:2, :2])))
+
+
+def test_every_run_on_the_varying_intercept_is_warned_or_accurate():
+    """End to end (n = 3,000, epsilon = 4, 8 noise seeds): the search on this model is erratic —
+    whether it settles, and whether the exact-prior step finds mu and log tau held, depends on
+    the noise draws (a known limit, docs/adaptation.md §7) — but no run is silently wrong: each
+    one either warns by the rule ``stan_dp.sample`` applies (unsettled, or the released noise
+    gives some coordinate over a 10 % chance of missing 0.5 sd) or is within 0.5 sd everywhere.
+    (Calibration is not claimed here: seed 4 settles with log tau 2.6 sds off while its Gaussian
+    gives it 0.41 of the true sd, i.e. 6 of its claimed noise sds; it warns.)"""
+    model = _model(0)
+    mode, cov = model.exact()
+    sd = np.sqrt(np.diag(cov))
+    for seed in range(8):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = private_mode(model, n_public=N, pld_mean=pld_mean_budget(4.0, 1e-5),
+                                  relation="replace_one", rng_noise=np.random.default_rng(seed),
+                                  init=np.zeros(model.dim))
+        error = np.abs(result.mode - mode) / sd
+        post_sd = np.sqrt(np.diag(result.covariance))
+        claimed = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd
+        warns = (not result.settled or result.prior_share > PRIOR_SHARE_LIMIT
+                 or exceed_probability(claimed, FORECAST_LIMIT) > EXCEED_PROBABILITY)
+        assert warns or np.all(error < FORECAST_LIMIT), (seed, error)

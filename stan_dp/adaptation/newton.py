@@ -131,10 +131,16 @@ class AdaptationSettings(NamedTuple):
     all at 1.5), 0.32 -> 0.26 (epsilon = 4), 0.50 -> 0.39 (n = 1e5, epsilon = 1); a varying-intercept
     model (n = 3000, epsilon = 4) went from 40-200 sd off and unsettled to settled within 1-4 sd.
     At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
-    quantile_share: float = 0.05
+    quantile_share: float = 0.03
     """Share of the adaptation budget (PLD mean) for the initial scale."""
     quantile_rounds: int = 12
-    """Binary-search rounds of the initial scale."""
+    """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
+    orientation_share: float = 0.025
+    """Share of the adaptation budget (PLD mean) for the orientation release
+    (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm)."""
+    direction_share: float = 0.03
+    """Share of the adaptation budget (PLD mean) for the private scales along the orientation's
+    directions (``quantile_rounds`` count releases)."""
     hessian_share: float = 0.25
     """Share of each round's gradient and curvature budget for the curvature release."""
     clip_share: float = 0.1
@@ -300,14 +306,26 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     if s.rounds is None:
         raise ValueError("settings.rounds must be set (see round_count)")
     m_quantile = s.quantile_share * pld_mean
-    m_round = (1.0 - s.quantile_share) * pld_mean / s.rounds
+    m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
     return {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
+        "orientation": 1.0 / math.sqrt(2.0 * s.orientation_share * pld_mean),
+        "direction": math.sqrt(s.quantile_rounds / (2.0 * s.direction_share * pld_mean)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
         "gradient": 1.0 / math.sqrt(2.0 * m_data * (1.0 - s.hessian_share)),
         "curvature": 1.0 / math.sqrt(2.0 * m_data * s.hessian_share),
     }
+
+
+def rounds_share(settings: AdaptationSettings) -> float:
+    """Share of the adaptation budget (PLD mean) left for the Newton rounds (public)."""
+    s = settings
+    share = 1.0 - s.quantile_share - s.orientation_share - s.direction_share
+    if not (0.0 < share <= 1.0 and min(s.quantile_share, s.orientation_share, s.direction_share) > 0.0):
+        raise ValueError("quantile_share, orientation_share and direction_share must be positive "
+                         "and sum to less than 1")
+    return share
 
 
 def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public: int,
@@ -315,7 +333,9 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     """Every release :func:`private_mode` makes, as accounting lines (data-independent)."""
     s = settings._replace(rounds=round_count(settings, n_public, dim, pld_mean))
     z = noise_multipliers(pld_mean, s)
-    return [Release(z["scale"], s.quantile_rounds), Release(z["clip"], s.rounds * s.clip_rounds),
+    return [Release(z["scale"], s.quantile_rounds), Release(z["orientation"], 1),
+            Release(z["direction"], s.quantile_rounds),
+            Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
 
 
@@ -334,14 +354,14 @@ def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
 
 def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
                       diagonal_only: bool = False) -> np.ndarray:
-    """Per-row ``-A' H_i A`` (shape ``(n, d, d)``), symmetrised; non-finite entries zeroed.
+    """Per-row ``-A' H_i A`` (shape ``(n, k, k)`` for a ``(d, k)`` frame), symmetrised; non-finite
+    entries zeroed.
 
-    With ``diagonal_only`` only its diagonal, shape ``(n, d)``.
+    With ``diagonal_only`` only its diagonal, shape ``(n, k)``.
     """
-    d = theta.size
     cols = []
     with np.errstate(all="ignore"):
-        for j in range(d):
+        for j in range(frame.shape[1]):
             _, up = density.row_log_lik_grad(theta + h * frame[:, j])
             _, down = density.row_log_lik_grad(theta - h * frame[:, j])
             diff = (np.asarray(up, dtype=float) - np.asarray(down, dtype=float)) @ frame
@@ -356,10 +376,106 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     return mats
 
 
-def _curvature_rows(density: Any, theta: np.ndarray, h: float) -> np.ndarray:
-    """Per-row ``|diag(-H_i)|`` at ``theta`` (shape ``(n, d)``): the initial frame's statistic."""
+def _curvature_rows(density: Any, theta: np.ndarray, h: float,
+                    directions: np.ndarray | None = None) -> np.ndarray:
+    """Per-row ``|diag(-B' H_i B)|`` at ``theta`` (shape ``(n, k)``): the curvature along each column
+    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic)."""
+    b = np.eye(theta.size) if directions is None else np.asarray(directions, dtype=float)
     with np.errstate(all="ignore"):
-        return np.abs(_row_neg_hessians(density, theta, np.eye(theta.size), h, diagonal_only=True))
+        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True))
+
+
+def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
+    """Per-row ``-A' H_i A`` divided by its Frobenius norm, flattened (shape ``(n, d*d)``).
+
+    Every row weighs the same (norm 1, or 0 where its curvature is 0), so the
+    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove)."""
+    d = theta.size
+    mats = _row_neg_hessians(density, theta, frame, h).reshape(-1, d * d)
+    norms = np.linalg.norm(mats, axis=1)
+    with np.errstate(all="ignore"):
+        return np.where(norms[:, None] > 0.0, mats / np.where(norms > 0.0, norms, 1.0)[:, None], 0.0)
+
+
+RIDGE_EIGENVALUE = 0.25
+""":func:`_oriented_frame` turns the frame when the released orientation matrix, scaled to unit
+diagonal, has an eigenvalue below this: some combination of coordinates has less than a quarter of
+the curvature its coordinates have on their own (an intercept and a predictor in metres around
+5 km: 0.02), a ridge that the diagonal frame hides from the rounds."""
+
+
+def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
+                    n_public: int, s: AdaptationSettings, z_orientation: float, z_direction: float,
+                    rng_noise: np.random.Generator, ledger: Ledger) -> np.ndarray:
+    """Turn the initial diagonal frame along the curvature's principal directions (two releases).
+
+    A diagonal frame sees each coordinate's curvature but not how they
+    combine: an intercept and a slope on a predictor in metres around 5 km
+    (sd 1 km) have a combined curvature 2 % of their diagonal ones, a ridge
+    whose curvature the rounds' releases cannot resolve (their noise is set
+    for the posterior's frame), so the search creeps along it (8-26 posterior
+    sds off at n = 1e4, epsilon = 1; 1.4 rms with the posterior's own frame,
+    as with standardised predictors).  The *direction* of the ridge is much
+    easier to find than its curvature: it is an eigenvector whose eigenvalue
+    is separated from the others by about their size, not by its own.
+
+    1. Release ``M = sum_i S_i / ||S_i||_F`` with ``S_i = -A' H_i A`` in the
+       diagonal frame ``A`` (every row's curvature normalised to Frobenius
+       norm 1: no bound to choose, sensitivity ``k``), over the coordinates
+       the rows depend on.  Scaled to unit diagonal (``R = D^-1/2 M D^-1/2``)
+       its eigenvectors are the principal directions of the rows' curvature.
+    2. If ``R`` has an eigenvalue below :data:`RIDGE_EIGENVALUE`, the
+       directions are its eigenvectors (``u_k = D^-1/2 w_k``, unit length in
+       the frame); otherwise the frame's own axes.
+    3. A private upper quantile of the per-row curvature along every
+       direction (:func:`~stan_dp.adaptation.quantile.private_quantiles`, the
+       statistic of the initial scale along ``b_k = A u_k``) gives each its
+       scale: the new frame's columns are ``b_k / sqrt(c_k)`` (``c_k`` the
+       mean curvature the quantile implies, as in the initial scale).  Along
+       the axes this is a second, independent scale estimate, and the two are
+       averaged (geometric mean).
+
+    The plan is the same whatever the data (one matrix release and
+    ``quantile_rounds`` count releases); everything after the releases is
+    post-processing.
+    """
+    d = theta.size
+    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step)
+    m_rel, sd_m = clipped_matrix_sum(rng_noise, RowColumns(holder, stat, 0, d * d), 1.0,
+                                     z_orientation, ledger, "orientation sum")
+    del stat
+    idx = np.flatnonzero(data_coordinates)
+    directions = np.eye(d)[:, idx]
+    turned = False
+    if idx.size >= 2:
+        sub = m_rel[np.ix_(idx, idx)]
+        diag = np.maximum(np.diag(sub), 3.0 * sd_m)
+        r = sub / np.sqrt(np.outer(diag, diag))
+        lam, w = np.linalg.eigh(0.5 * (r + r.T))
+        # the noise's spectral norm in R (an upper bound: the smallest diagonal scales it)
+        tau_r = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
+        if np.all(np.isfinite(lam)) and -tau_r < lam[0] < min(RIDGE_EIGENVALUE, 1.0 - tau_r):
+            u = w / np.sqrt(diag)[:, None]
+            u /= np.linalg.norm(u, axis=0)
+            directions = np.zeros((d, idx.size))
+            directions[idx] = u
+            turned = True
+    b = frame @ directions
+    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b)
+    tail = scale_tail(n_public, max(idx.size, 1), z_direction)
+    t, at_floor = private_quantiles(rng_noise, RowColumns(holder, stat, 0, b.shape[1]), tail=tail,
+                                    n_public=n_public, rounds=s.quantile_rounds,
+                                    noise_multiplier=z_direction, ledger=ledger, what="direction count")
+    del stat
+    c = n_public * t / float(stats.chi2.ppf(1.0 - tail, 1))
+    with np.errstate(all="ignore"):
+        stretch = np.where(at_floor | ~np.isfinite(c) | (c <= 0.0), 1.0, 1.0 / np.sqrt(c))
+    stretch = np.clip(stretch, 1e-6, 1e6)
+    if not turned:
+        stretch = np.sqrt(stretch)   # a second scale of the same axes: geometric mean of the two
+    out = frame.copy()
+    out[:, idx] = b * stretch
+    return out
 
 
 def _round_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
@@ -470,7 +586,8 @@ def private_mode(
     scale = 1.0 / np.sqrt(n_public * t / float(stats.chi2.ppf(1.0 - tail, 1)))
     scale = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
     data_coordinates = ~at_floor
-    frame = np.diag(scale)
+    frame = _oriented_frame(holder, theta, np.diag(scale), data_coordinates, n_public, s,
+                            zs["orientation"], zs["direction"], rng_noise, ledger)
 
     rounds: list[dict[str, Any]] = []
     pool: list[dict[str, Any]] = []
