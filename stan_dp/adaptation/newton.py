@@ -23,6 +23,10 @@ Steps (every data access a Gaussian release written to the ledger):
    decades too small then freezes every coordinate.)  A coordinate whose
    median is zero (rows mostly do not depend on it, e.g. a group effect)
    starts at scale 1.
+   With ``settings.orient`` (off by default) the frame is then turned along
+   the principal directions of the rows' curvature (:func:`_oriented_frame`),
+   so that a ridge the diagonal frame hides (an intercept and a slope on a
+   predictor far from 0) is not left to the rounds.
 2. **Rounds** ``k = 0..K-1`` at ``theta_k`` in frame ``A_k``: release
    ``G = sum_i clip_{C_g}(A_k' g_i)`` and ``H = sum_i clip_{C_H}(-A_k' H_i A_k)``
    (per-row Hessians by central differences of per-row gradients along the
@@ -131,10 +135,18 @@ class AdaptationSettings(NamedTuple):
     all at 1.5), 0.32 -> 0.26 (epsilon = 4), 0.50 -> 0.39 (n = 1e5, epsilon = 1); a varying-intercept
     model (n = 3000, epsilon = 4) went from 40-200 sd off and unsettled to settled within 1-4 sd.
     At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
-    quantile_share: float = 0.03
+    quantile_share: float = 0.05
     """Share of the adaptation budget (PLD mean) for the initial scale."""
     quantile_rounds: int = 12
     """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
+    orient: bool = False
+    """Turn the initial frame along the rows' curvature (:func:`_oriented_frame`, two more
+    releases).  Off by default: it takes a logistic regression with D = 10 and an intercept-slope
+    ridge (a predictor in metres) from 12-17 to 1.2-4.2 posterior sds (n = 1e4, epsilon = 1) and a
+    Poisson GLM at n = 1e3 from 9.5 to 2.0 rms, but where the rounds resolve the ridge themselves
+    (D = 3, n = 1e4, epsilon = 1) it doubled the error (median 0.55 -> 1.0) and it costs standardised
+    D = 10 fits about 5 %; docs/adaptation.md §3 "Orientation".  Measured with
+    ``quantile_share=0.03``."""
     orientation_share: float = 0.025
     """Share of the adaptation budget (PLD mean) for the orientation release
     (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm)."""
@@ -300,7 +312,9 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     over the ``settings.rounds`` rounds (set it, e.g. with :func:`round_count`);
     in each round ``clip_share`` for the clip medians (``clip_rounds`` count
     releases) and the remainder between the gradient and (``hessian_share``)
-    the curvature release.
+    the curvature release.  With ``orient``, ``orientation_share`` (one matrix
+    release) and ``direction_share`` (``quantile_rounds`` count releases) come
+    off the rounds' part too.
     """
     s = settings
     if s.rounds is None:
@@ -308,10 +322,12 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     m_quantile = s.quantile_share * pld_mean
     m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
-    return {
-        "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
+    out = {} if not s.orient else {
         "orientation": 1.0 / math.sqrt(2.0 * s.orientation_share * pld_mean),
         "direction": math.sqrt(s.quantile_rounds / (2.0 * s.direction_share * pld_mean)),
+    }
+    return out | {
+        "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
         "gradient": 1.0 / math.sqrt(2.0 * m_data * (1.0 - s.hessian_share)),
         "curvature": 1.0 / math.sqrt(2.0 * m_data * s.hessian_share),
@@ -321,10 +337,11 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
 def rounds_share(settings: AdaptationSettings) -> float:
     """Share of the adaptation budget (PLD mean) left for the Newton rounds (public)."""
     s = settings
-    share = 1.0 - s.quantile_share - s.orientation_share - s.direction_share
-    if not (0.0 < share <= 1.0 and min(s.quantile_share, s.orientation_share, s.direction_share) > 0.0):
-        raise ValueError("quantile_share, orientation_share and direction_share must be positive "
-                         "and sum to less than 1")
+    shares = (s.quantile_share, s.orientation_share, s.direction_share) if s.orient else (s.quantile_share,)
+    share = 1.0 - sum(shares)
+    if not (0.0 < share <= 1.0 and min(shares) > 0.0):
+        raise ValueError("quantile_share (and with orient, orientation_share and direction_share) "
+                         "must be positive and sum to less than 1")
     return share
 
 
@@ -333,8 +350,8 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     """Every release :func:`private_mode` makes, as accounting lines (data-independent)."""
     s = settings._replace(rounds=round_count(settings, n_public, dim, pld_mean))
     z = noise_multipliers(pld_mean, s)
-    return [Release(z["scale"], s.quantile_rounds), Release(z["orientation"], 1),
-            Release(z["direction"], s.quantile_rounds),
+    oriented = [Release(z["orientation"], 1), Release(z["direction"], s.quantile_rounds)] if s.orient else []
+    return [Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
 
@@ -586,8 +603,10 @@ def private_mode(
     scale = 1.0 / np.sqrt(n_public * t / float(stats.chi2.ppf(1.0 - tail, 1)))
     scale = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
     data_coordinates = ~at_floor
-    frame = _oriented_frame(holder, theta, np.diag(scale), data_coordinates, n_public, s,
-                            zs["orientation"], zs["direction"], rng_noise, ledger)
+    frame = np.diag(scale)
+    if s.orient:
+        frame = _oriented_frame(holder, theta, frame, data_coordinates, n_public, s,
+                                zs["orientation"], zs["direction"], rng_noise, ledger)
 
     rounds: list[dict[str, Any]] = []
     pool: list[dict[str, Any]] = []
