@@ -248,6 +248,11 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               f"probability {fc.exceed_probability:.0%} (information floor {fc.floor:.2g}); a "
               "larger epsilon or more rows would help"], attrs, stacklevel=4)
 
+    if settings.adaptive_clip is None:
+        # where the forecast claims the budget buys 0.5 sd, clipping bias must not break the
+        # claim (docs/adaptation.md §3, "Clipping bias"); where it warns anyway, keep the
+        # rms-optimal bound of clip_inflation
+        settings = settings._replace(adaptive_clip=bool(fc.exceed_probability <= EXCEED_PROBABILITY))
     # ---- nothing above touched the data ----
     root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     adapt_seed, draw_seed = root.spawn(2)
@@ -289,6 +294,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "adaptation_releases": len(result.ledger.entries),
         "release_summary": result.ledger.summary(),
         "grad_clip_whitened": float(result.grad_clip),
+        "grad_clip_raised": float(result.clip_adjust),
         "search_settled": bool(result.settled),
         "rounds_averaged": int(result.rounds_averaged),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),

@@ -47,8 +47,13 @@ def test_flat_prior_scale_with_a_predictor_in_metres(compiled):
     means = [float(fit.posterior[v].mean()) for v in ("alpha", "beta", "sigma")]
     errors = np.abs(np.array(means) - np.r_[coef, np.sqrt(s2)]) / np.r_[sd, np.sqrt(s2 / (2 * N))]
     sds = [float(fit.posterior[v].std()) for v in ("alpha", "beta")]
-    assert not warned, warned
-    assert errors.max() < 1.0, errors          # released noise sd ~0.2 here
+    # The r^2 - 1 gradients of log sigma are skewed: at the rule's bound their clipping moved
+    # sigma 0.47-1.10 sds (8 seeds) while the run claimed 0.20 and stayed silent in 7 of them.
+    # The adaptive bound (raised x1.3-1.7 here) leaves 0.23-0.61 and a released noise of
+    # 0.24-0.28, which the run reports: the only warning allowed is that one.
+    assert all(w.startswith("the privacy noise in the mean") for w in warned), warned
+    assert fit.attrs["grad_clip_raised"] > 1.0
+    assert errors.max() < 4 * fit.attrs["max_noise_sd_in_posterior_sds"], errors
     np.testing.assert_allclose(sds, sd, rtol=0.5)   # not NUTS's: it mixes badly on metres
 
 
