@@ -295,6 +295,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "release_summary": result.ledger.summary(),
         "grad_clip_whitened": float(result.grad_clip),
         "grad_clip_raised": float(result.clip_adjust),
+        "adaptive_clip": bool(settings.adaptive_clip),
         "search_settled": bool(result.settled),
         "rounds_averaged": int(result.rounds_averaged),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
@@ -329,7 +330,10 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     noise = attrs["max_noise_sd_in_posterior_sds"]
     if attrs["noise_exceed_probability"] > EXCEED_PROBABILITY:
         consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
-                       "imprecise" if result.settled else
+                       "imprecise" if result.settled and attrs["adaptive_clip"] else
+                       "the draws are widened by it, but not by the clipping bias that the bound "
+                       "leaves at this budget (it can be as large as this noise), so the intervals "
+                       "may be too narrow and the mean is imprecise" if result.settled else
                        "the draws are widened by it, but the search did not settle, so this noise "
                        "leaves out how far the mode may still be: the intervals are not credible "
                        "intervals")
