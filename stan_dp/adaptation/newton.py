@@ -44,6 +44,10 @@ Steps (every data access a Gaussian release written to the ledger):
    grown x4 after every full step) and a public cap on each unconstrained
    coordinate (:attr:`AdaptationSettings.max_step`); the frame becomes
    ``A_{k+1} = A_k Q Lambda^{-1/2}`` (``H = Q Lambda Q'``).
+   Near the mode, with ``settings.adaptive_clip``, part of each round's
+   count releases counts the rows beyond the gradient bound, and the bound
+   rises while they are more than the pooled noise can cover
+   (:func:`allowed_clipped_rows`): clipping bias at strong signal.
 3. **Pool** the rounds whose Newton step is within a few posterior sds (plus
    its noise) of their point: their mean released curvature (in ``theta``
    space, made positive definite once against the pooled noise) and their
@@ -484,9 +488,13 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        norm 1: no bound to choose, sensitivity ``k``), over the coordinates
        the rows depend on.  Scaled to unit diagonal (``R = D^-1/2 M D^-1/2``)
        its eigenvectors are the principal directions of the rows' curvature.
-    2. If ``R`` has an eigenvalue below :data:`RIDGE_EIGENVALUE`, the
-       directions are its eigenvectors (``u_k = D^-1/2 w_k``, unit length in
-       the frame); otherwise the frame's own axes.
+    2. If ``R``'s smallest eigenvalue is below :data:`RIDGE_EIGENVALUE` and
+       below ``1 - tau_R`` (beyond its noise, ``tau_R`` the noise's spectral
+       norm bound in ``R``) but not below ``-tau_R`` (far from the mode a
+       scale parameter makes rows indefinite: a varying intercept had -0.39,
+       and turning there sent its mean 277 sds off), the directions are its
+       eigenvectors (``u_k = D^-1/2 w_k``, unit length in the frame);
+       otherwise the frame's own axes.
     3. A private upper quantile of the per-row curvature along every
        direction (:func:`~stan_dp.adaptation.quantile.private_quantiles`, the
        statistic of the initial scale along ``b_k = A u_k``) gives each its
