@@ -329,14 +329,17 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                                                         chains, draws)
     noise = attrs["max_noise_sd_in_posterior_sds"]
     if attrs["noise_exceed_probability"] > EXCEED_PROBABILITY:
-        consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
-                       "imprecise" if result.settled and attrs["adaptive_clip"] else
-                       "the draws are widened by it, but not by the clipping bias that the bound "
-                       "leaves at this budget (it can be as large as this noise), so the intervals "
-                       "may be too narrow and the mean is imprecise" if result.settled else
-                       "the draws are widened by it, but the search did not settle, so this noise "
-                       "leaves out how far the mode may still be: the intervals are not credible "
-                       "intervals")
+        if not result.settled:
+            consequence = ("the draws are widened by it, but the search did not settle, so this noise "
+                           "leaves out how far the mode may still be: the intervals are not credible "
+                           "intervals")
+        elif attrs["adaptive_clip"]:
+            consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
+                           "imprecise")
+        else:   # the clip bound kept its rms-optimal value: its bias is not in the noise
+            consequence = ("the draws are widened by it, but not by the clipping bias that the bound "
+                           "leaves at this budget (it can be as large as this noise), so the intervals "
+                           "may be too narrow and the mean is imprecise")
         emit([f"the privacy noise in the mean is up to {noise:.2g} posterior sds per coordinate "
               f"(released estimate; some coordinate is off by more than {FORECAST_LIMIT:g} with "
               f"probability {attrs['noise_exceed_probability']:.0%}); {consequence}"], attrs)

@@ -20,7 +20,7 @@ import pytest
 import stan_dp
 from stan_dp.adaptation import newton
 from stan_dp.adaptation.forecast import pld_mean_budget, whitened_grad_scale
-from stan_dp.adaptation.releases import Ledger
+from stan_dp.adaptation.releases import Ledger, noisy_counts
 from test_auto import Logistic
 
 N = 10_000
@@ -104,7 +104,6 @@ def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
         assert "clipped count" in fit.attrs["release_summary"]
     # a count moves by at most one per row: sensitivity 1 for every count release
     ledger = Ledger("replace_one")
-    from stan_dp.adaptation.releases import noisy_counts
     noisy_counts(np.random.default_rng(0), np.ones((10, 1)), np.array([0.5]), 3.0, ledger, "clipped count",
                  repeats=3)
     assert [e.sensitivity for e in ledger.entries] == [1.0, 1.0, 1.0]
