@@ -100,9 +100,15 @@ def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
     plan = newton.adaptation_releases(1.0, settings._replace(rounds=rounds), 2000, model.dim)
     assert fit.attrs["releases"] == plain.attrs["releases"] == sum(r.count for r in plan)
     assert fit.attrs["epsilon_spent"] == plain.attrs["epsilon_spent"] <= 2.0
-    if fit.attrs["search_settled"]:
-        assert "clipped count" in fit.attrs["release_summary"]
-    # a count moves by at most one per row: sensitivity 1 for every count release
+    # the near rounds' 7 count releases are split 4 tail + 3 clipped, at the clip counts' multiplier
+    assert fit.attrs["search_settled"]
+    kinds = {part.split(": ")[0]: part.split(": ")[1] for part in fit.attrs["release_summary"].split("; ")}
+    tail, clipped = int(kinds["tail count"].split(" x ")[0]), int(kinds["clipped count"].split(" x ")[0])
+    assert 3 * tail == 4 * clipped > 0
+    assert kinds["clipped count"].split(" x ")[1] == kinds["tail count"].split(" x ")[1] \
+        == kinds["clip count"].split(" x ")[1]
+    assert "clipped count" not in plain.attrs["release_summary"]
+    # one threshold per release: a row moves the count by at most one (sensitivity 1)
     ledger = Ledger("replace_one")
     noisy_counts(np.random.default_rng(0), np.ones((10, 1)), np.array([0.5]), 3.0, ledger, "clipped count",
                  repeats=3)
