@@ -155,7 +155,7 @@ SAMPLER_OPTIONS = (
 PRIVACY_KEYS = ("sampler", "method", "epsilon", "delta", "epsilon_spent", "noise_multiplier",
                 "grad_noise_multiplier", "relation", "accountant", "chains", "warmup",
                 "iterations", "clip", "grad_clip", "batch_size", "temperature", "n_rows", "public_n",
-                "seeded", "nonprivate_outputs", "release_summary", "search_settled",
+                "seeded", "nonprivate_outputs", "release_summary", "search_settled", "frame_turned",
                 "max_noise_sd_in_posterior_sds", "forecast_error", "max_rhat", "min_ess_bulk")
 
 

@@ -22,7 +22,7 @@ import stan_dp
 from stan_dp.adaptation.forecast import forecast, gdp_mu, whitened_grad_scale
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.newton import (AdaptationSettings, adaptation_releases, clip_inflation,
-                                       round_count)
+                                       round_count, rounds_share)
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.honesty import UtilityWarning
@@ -132,7 +132,7 @@ def test_small_budget_warns_before_and_after():
 
 def fc_error(n, d, eps):
     s = AdaptationSettings()
-    share = (1 - s.quantile_share) * (1 - s.clip_share) * (1 - s.hessian_share)
+    share = rounds_share(s) * (1 - s.clip_share) * (1 - s.hessian_share)
     kappa = clip_inflation(s, n, pld_mean_budget(eps, 1e-5))
     return forecast(n, d, eps, 1e-5, kappa=kappa, share=share).expected_error
 

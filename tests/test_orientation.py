@@ -1,4 +1,4 @@
-"""The orientation step of the private mode search (``AdaptationSettings(orient=True)``).
+"""The orientation step of the private mode search (on by default: ``AdaptationSettings.orient``).
 
 An intercept and a slope on a predictor in metres around 5 km (sd 1 km) form a
 ridge whose curvature, in the diagonal frame of the initial scale, is 2 % of
@@ -25,7 +25,8 @@ from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
 from test_auto import Logistic
 
-ORIENT = newton.AdaptationSettings(orient=True, quantile_share=0.03)
+ORIENT = newton.AdaptationSettings()   # the default orients (with quantile_share 0.03)
+PLAIN = newton.AdaptationSettings(orient=False, quantile_share=0.05)   # the unoriented search
 
 
 def _glm(n: int, seed: int, unstandardised: bool) -> Logistic:
@@ -50,10 +51,11 @@ def _orient(model: Logistic, frame: np.ndarray, relation: str = "replace_one", s
     settings = ORIENT._replace(rounds=10)
     z = newton.noise_multipliers(pld_mean_budget(1.0, 1e-5), settings)
     ledger = Ledger(relation)
-    out = newton._oriented_frame(queries(model), np.zeros(model.dim), frame,
-                                 np.ones(model.dim, dtype=bool), model.n_rows, settings,
-                                 z["orientation"], z["direction"], np.random.default_rng(seed), ledger)
-    return out, ledger, z
+    out, turned = newton._oriented_frame(queries(model), np.zeros(model.dim), frame,
+                                         np.ones(model.dim, dtype=bool), model.n_rows, settings,
+                                         z["orientation"], z["direction"], np.random.default_rng(seed),
+                                         ledger)
+    return out, turned, ledger, z
 
 
 def _condition(model: Logistic, frame: np.ndarray) -> float:
@@ -72,7 +74,7 @@ def test_orientation_rows_are_normalised_and_the_releases_have_the_stated_sensit
     mats = rows.reshape(-1, model.dim, model.dim)
     assert np.allclose(mats, np.transpose(mats, (0, 2, 1)))
     for relation, k in (("replace_one", 2.0), ("add_remove", 1.0)):
-        _, ledger, z = _orient(model, frame, relation)
+        _, _, ledger, z = _orient(model, frame, relation)
         first, counts = ledger.entries[0], ledger.entries[1:]
         assert first.what == "orientation sum"
         assert first.sensitivity == k and first.noise_multiplier == z["orientation"]
@@ -96,8 +98,7 @@ def test_the_plan_lists_the_orientation_releases_and_they_fit_the_budget():
     assert f"direction count: {ORIENT.quantile_rounds} x" in fit.attrs["release_summary"]
     assert fit.attrs["epsilon_spent"] <= 2.0
     # without orient the plan has neither
-    default = newton.AdaptationSettings()
-    plain = newton.adaptation_releases(1.0, default._replace(rounds=settings.rounds), 2000, model.dim)
+    plain = newton.adaptation_releases(1.0, PLAIN._replace(rounds=settings.rounds), 2000, model.dim)
     assert sum(r.count for r in plain) == sum(r.count for r in plan) - 1 - ORIENT.quantile_rounds
 
 
@@ -105,11 +106,12 @@ def test_the_plan_lists_the_orientation_releases_and_they_fit_the_budget():
 def test_the_oriented_frame_resolves_the_intercept_slope_ridge(seed):
     model = _glm(10_000, seed, True)
     frame = _diagonal_frame(model)
-    turned, _, _ = _orient(model, frame, seed=seed)
+    oriented, turned, _, _ = _orient(model, frame, seed=seed)
+    assert turned
     # the best diagonal frame: the ridge at ~2 % of the diagonal (condition ~ 150)
     assert _condition(model, frame) > 50
     # oriented (epsilon = 1 shares): within a factor ~6 of the posterior's own frame
-    assert _condition(model, turned) < 10, _condition(model, turned)
+    assert _condition(model, oriented) < 10, _condition(model, oriented)
 
 
 def test_standardised_predictors_keep_the_axes():
@@ -117,7 +119,8 @@ def test_standardised_predictors_keep_the_axes():
     # frame is not turned (only rescaled on its axes by the second, averaged, scale estimate)
     model = _glm(10_000, 2, False)
     frame = _diagonal_frame(model)
-    out, _, _ = _orient(model, frame)
+    out, turned, _, _ = _orient(model, frame)
+    assert not turned
     assert np.allclose(out - np.diag(np.diag(out)), 0.0)
     ratio = np.diag(out) / np.diag(frame)
     assert np.all((ratio > 0.5) & (ratio < 2.0)), ratio
@@ -130,7 +133,7 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(seed):
     model = _glm(10_000, seed, True)
     mode, cov = model.exact()
     errors = {}
-    for name, settings in (("plain", newton.AdaptationSettings()), ("oriented", ORIENT)):
+    for name, settings in (("plain", PLAIN), ("oriented", ORIENT)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=seed + 100, draws=400,
@@ -138,7 +141,8 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(seed):
         mean = fit.posterior["b"].mean(("chain", "draw")).values
         errors[name] = (float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs)
     plain, oriented = errors["plain"], errors["oriented"]
-    assert oriented[1]["search_settled"]
+    assert oriented[1]["search_settled"] and oriented[1]["frame_turned"]
+    assert not plain[1]["frame_turned"]
     assert oriented[0] < 4.5, oriented[0]
     assert plain[0] > 2.0 * oriented[0], (plain[0], oriented[0])
     assert oriented[1]["warnings"]              # epsilon = 1 cannot buy 0.5 sd here: it says so
