@@ -59,11 +59,10 @@ def _conditional_prior_mode(model, theta: np.ndarray) -> np.ndarray:
     return out
 
 
-def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_mode():
+def _pooled_near_the_mode(model, noise_sd_mu_tau: float | None = None):
     """A pooled estimate at the exact joint mode with mu and log tau moved 2 sds away (what the
-    search left them at before the step): the step brings them back to the joint mode, leaves the
-    rest alone, and propagates the others' noise to them by the implicit-function map."""
-    model = _model(0)
+    search left them at before the step); ``noise_sd_mu_tau``: the pooled data curvature's
+    diagonal noise sd there (default: as if every round ran in the final frame)."""
     mode, cov = model.exact()
     sd = np.sqrt(np.diag(cov))
     pooled_mode = mode.copy()
@@ -74,8 +73,22 @@ def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_
     lam, q = np.linalg.eigh(curvature)
     frame = (q / np.sqrt(lam)) @ q.T
     noise_cov = 0.04 * cov                                    # a released noise of 0.2 sds
+    diag_sd = None
+    if noise_sd_mu_tau is not None:
+        diag_sd = newton.curvature_diagonal_sd(0.01, np.linalg.inv(frame))
+        diag_sd[:2] = noise_sd_mu_tau
     pooled = newton._Pooled(pooled_mode, noise_cov, curvature, frame, True, data_curvature,
-                            curvature_sd=0.01, tau=0.1)
+                            curvature_sd=0.01, tau=0.1, data_curvature_diag_sd=diag_sd)
+    return pooled, frame, mode, sd
+
+
+def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_mode():
+    """A pooled estimate at the exact joint mode with mu and log tau moved 2 sds away (what the
+    search left them at before the step): the step brings them back to the joint mode, leaves the
+    rest alone, and propagates the others' noise to them by the implicit-function map."""
+    model = _model(0)
+    pooled, frame, mode, sd = _pooled_near_the_mode(model)
+    pooled_mode, noise_cov = pooled.mode, pooled.noise_cov
     theta, new_noise, new_curvature = newton._exact_prior_mode(model, pooled, frame, 1e-3)
 
     # mu and log tau: the joint mode's (no row touches them, so there they maximise the prior
@@ -100,17 +113,70 @@ def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_
                                atol=1e-4 * np.max(np.abs(prior_here[:2, :2])))
 
 
+def test_rowless_coordinates_are_held_even_where_the_pooled_noise_hides_the_prior():
+    """Early rounds in a narrow frame leave the pooled data curvature of a hierarchical scale
+    with a noise sd above the prior's curvature (Stan varying intercept: 1.85 and 101 against
+    ~2).  From the released curvature alone the prior is then not seen to dominate and the
+    coordinates stay where the noisy one-step estimates left them; that the rows do not touch
+    them at all (the initial scale's count at its floor) settles it."""
+    model = _model(0)
+    pooled, frame, mode, sd = _pooled_near_the_mode(model, noise_sd_mu_tau=100.0)
+    prior_diag = np.diag(_neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled.mode))
+    assert np.all(prior_diag[:2] < newton.HELD_NOISE_SDS * 100.0)
+    theta, _, _ = newton._exact_prior_mode(model, pooled, frame, 1e-3)
+    assert np.array_equal(theta, pooled.mode)                  # not seen as held
+    rowless = np.zeros(model.dim, dtype=bool)
+    rowless[:2] = True
+    theta, _, _ = newton._exact_prior_mode(model, pooled, frame, 1e-3, rowless=rowless)
+    assert np.all(np.abs(theta[:2] - mode[:2]) / sd[:2] < 1e-3), (theta - mode) / sd
+    assert np.array_equal(theta[2:], pooled.mode[2:])
+
+
+def test_pooled_curvature_noise_follows_each_rounds_frame():
+    """The diagonal noise sd of the pooled data curvature (theta space), rounds released in
+    different frames, against a simulation of the release's noise (diagonal sd s, off-diagonal
+    s / sqrt(2), mirrored; ``releases.clipped_matrix_sum``) mapped by each round's frame.
+    20,000 draws: the sd's Monte Carlo error is 0.5 %; tolerance 3 %."""
+    rng = np.random.default_rng(3)
+    d, reps = 4, 20_000
+    frames = [np.diag([0.1, 1.0, 2.0, 0.5]), np.diag([1.0, 1.0, 0.3, 0.5]) + 0.2]
+    sds = [0.5, 0.8]
+    pool = []
+    for a, s in zip(frames, sds):
+        inv = np.linalg.inv(a)
+        pool.append({"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": np.eye(d),
+                     "hess": np.eye(d), "prior_hess": np.zeros((d, d)), "sd_h": s,
+                     "hess_diag_sd": newton.curvature_diagonal_sd(s, inv)})
+    pooled = newton._pooled_estimate(pool, frames[-1])
+    total = np.zeros((reps, d))
+    iu = np.triu_indices(d)
+    for a, s in zip(frames, sds):
+        inv = np.linalg.inv(a)
+        upper = rng.normal(size=(reps, iu[0].size)) * np.where(iu[0] == iu[1], s, s / np.sqrt(2))
+        e = np.zeros((reps, d, d))
+        e[:, iu[0], iu[1]] = upper
+        e = e + np.triu(e, 1).transpose(0, 2, 1)
+        total += np.einsum("ki,rkl,lj->rij", inv, e, inv)[:, range(d), range(d)]
+    simulated = (total / len(frames)).std(axis=0)
+    np.testing.assert_allclose(pooled.data_curvature_diag_sd, simulated, rtol=0.03)
+    # the final frame's entry sd alone understates the first coordinate's noise 100-fold
+    naive = newton.curvature_diagonal_sd(pooled.curvature_sd, np.linalg.inv(frames[-1]))
+    assert naive[0] < 0.1 * simulated[0]
+
+
 def test_every_run_on_the_varying_intercept_is_warned_or_accurate():
     """End to end (n = 3,000, epsilon = 4, 8 noise seeds): the search on this model is erratic —
     whether it settles, and whether the exact-prior step finds mu and log tau held, depends on
     the noise draws (a known limit, docs/adaptation.md §7) — but no run is silently wrong: each
     one either warns by the rule ``stan_dp.sample`` applies (unsettled, or the released noise
     gives some coordinate over a 10 % chance of missing 0.5 sd) or is within 0.5 sd everywhere.
-    (Calibration is not claimed here: seed 4 settles with log tau 2.6 sds off while its Gaussian
-    gives it 0.41 of the true sd, i.e. 6 of its claimed noise sds; it warns.)"""
+    Every run that settles has mu and log tau at their exact conditional mode, within 0.5 sd of
+    the joint mode (measured 0.00-0.04; before each round's frame entered the held test, seed 4
+    settled with log tau 2.6 sds off, 6 of its claimed noise sds)."""
     model = _model(0)
     mode, cov = model.exact()
     sd = np.sqrt(np.diag(cov))
+    settled = 0
     for seed in range(8):
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -123,3 +189,7 @@ def test_every_run_on_the_varying_intercept_is_warned_or_accurate():
         warns = (not result.settled or result.prior_share > PRIOR_SHARE_LIMIT
                  or exceed_probability(claimed, FORECAST_LIMIT) > EXCEED_PROBABILITY)
         assert warns or np.all(error < FORECAST_LIMIT), (seed, error)
+        if result.settled:
+            assert np.all(error[:2] < 0.5), (seed, error[:2])
+            settled += 1
+    assert settled >= 3

@@ -778,7 +778,8 @@ def private_mode(
                 pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
                              "grad_precision": frame @ frame.T / sd_g**2,
                              "hess": inv_frame.T @ h_rel @ inv_frame,
-                             "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h})
+                             "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h,
+                             "hess_diag_sd": curvature_diagonal_sd(sd_h, inv_frame)})
                 pooled = _pooled_estimate(pool, frame)
                 # In a frame the release could not resolve, a short step in frame units
                 # says little about the distance: once the pooled curvature resolves it,
@@ -807,7 +808,8 @@ def private_mode(
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame)
         if pooled.resolved:
-            mode, noise_cov, curvature = _exact_prior_mode(density, pooled, frame, s.fd_step)
+            mode, noise_cov, curvature = _exact_prior_mode(density, pooled, frame, s.fd_step,
+                                                           rowless=~data_coordinates)
         else:   # an unresolved pool's quadratic model is not trusted beyond its one-step estimates
             mode, noise_cov, curvature = pooled.mode, pooled.noise_cov, pooled.curvature
         used, settled = len(pool), pooled.resolved
@@ -843,8 +845,8 @@ HELD_NOISE_SDS = 3.0
 curvature on its diagonal is within this many noise sds of 0 and the exact prior's is beyond it."""
 
 
-def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray,
-                      h: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: float,
+                      rowless: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Put the coordinates the prior holds at their exact conditional mode (settled searches).
 
     The pooled one-step estimates use the prior's curvature averaged over the
@@ -853,7 +855,9 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray,
     conditional mode moves with the group effects (the released data
     gradient there is pure noise).  The coordinates ``S`` whose released data
     curvature is within :data:`HELD_NOISE_SDS` noise sds of 0 while the exact
-    prior's is beyond that are moved to the maximum of the exact log prior
+    prior's is beyond that (or, for a coordinate ``rowless`` — the initial
+    scale's released count found no rows curving it — positive) are moved to
+    the maximum of the exact log prior
     over ``theta_S`` with the other coordinates fixed at the pooled estimate
     (damped Newton with backtracking, public).  The privacy noise reaches them only through the
     others: with ``J = -P_SS^-1 P_SR`` (``P`` the prior's negative Hessian at
@@ -874,12 +878,18 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray,
         return inv_frame.T @ prior_neg_hessian(density, theta, frame, h) @ inv_frame
 
     mean_hess = pooled.data_curvature
-    # noise sd of a diagonal entry of the mean data curvature in theta space: the release is
-    # (X + X')/2-shaped with entry sd s in the frame, so v' E v has sd s |v|^2, v = A^-1 e_j
-    noise = pooled.curvature_sd * np.sum(inv_frame * inv_frame, axis=0)
+    # noise sd of a diagonal entry of the mean data curvature in theta space
+    noise = pooled.data_curvature_diag_sd
+    if noise is None:   # every round released in ``frame``
+        noise = curvature_diagonal_sd(pooled.curvature_sd, inv_frame)
     prior_diag = np.diag(prior_theta(pooled.mode))
-    held = ((np.abs(np.diag(mean_hess)) < HELD_NOISE_SDS * noise)
-            & (prior_diag > HELD_NOISE_SDS * noise) & np.isfinite(prior_diag))
+    # The prior must be seen to dominate: its curvature beyond the data's noise, or the rows not
+    # touching the coordinate at all (a hierarchical scale whose early rounds ran in a narrow
+    # frame has a pooled data-curvature noise above its prior curvature: measured 1.85 and 101
+    # against ~2, where the rows' curvature is exactly 0).
+    rowless = np.zeros(prior_diag.size, dtype=bool) if rowless is None else np.asarray(rowless)
+    prior_holds = (prior_diag > HELD_NOISE_SDS * noise) | (rowless & (prior_diag > 0.0))
+    held = (np.abs(np.diag(mean_hess)) < HELD_NOISE_SDS * noise) & prior_holds & np.isfinite(prior_diag)
     if not held.any() or held.all():
         return unchanged
     theta = pooled.mode.copy()
@@ -923,6 +933,17 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray,
     return theta, 0.5 * (noise_cov + noise_cov.T), 0.5 * (curvature + curvature.T)
 
 
+def curvature_diagonal_sd(noise_sd: float, inv_frame: np.ndarray) -> np.ndarray:
+    """Noise sd of the diagonal of a curvature release mapped to theta space, ``A^-T E A^-1``.
+
+    :func:`~stan_dp.adaptation.releases.clipped_matrix_sum` adds ``E`` with
+    diagonal sd ``s`` and off-diagonal sd ``s / sqrt(2)`` (mirrored); for
+    ``v = A^-1 e_j``, ``v' E v = sum_i v_i^2 E_ii + 2 sum_{i<j} v_i v_j E_ij``
+    has variance ``s^2 (sum_i v_i^4 + 2 sum_{i<j} v_i^2 v_j^2) = s^2 |v|^4``.
+    """
+    return noise_sd * np.sum(inv_frame * inv_frame, axis=0)
+
+
 class _Pooled(NamedTuple):
     mode: np.ndarray
     noise_cov: np.ndarray
@@ -933,9 +954,15 @@ class _Pooled(NamedTuple):
     data_curvature: np.ndarray
     """Mean of the pooled rounds' released data curvatures (theta space, unprojected)."""
     curvature_sd: float
-    """Entry noise sd of :attr:`data_curvature` in the frame it was pooled in."""
+    """Entry noise sd of :attr:`data_curvature` in the frame it was pooled in, as if every pooled
+    round had been released in it."""
     tau: float
     """Spectral noise of :attr:`data_curvature` in that frame (the :func:`_shrunk_eigen` threshold)."""
+    data_curvature_diag_sd: np.ndarray | None = None
+    """Noise sd of the diagonal of :attr:`data_curvature` (theta space), each round's release
+    mapped from its own frame: where the frames differed (a coordinate only the prior holds, whose
+    scale moves with the noisy pooled curvature), the pooled frame's :attr:`curvature_sd`
+    understates it by the ratio of the frames' scales squared."""
 
 
 def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
@@ -974,5 +1001,6 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
         precision += p
         weighted += p @ (r["theta"] + h_inv @ r["grad"])
     noise_cov = np.linalg.pinv(precision)
+    diag_sd = np.sqrt(np.sum([r["hess_diag_sd"] ** 2 for r in pool], axis=0)) / len(pool)
     return _Pooled(noise_cov @ weighted, 0.5 * (noise_cov + noise_cov.T), curvature,
-                   frame @ (q / np.sqrt(lam)), resolved, mean_hess, sd_h, tau)
+                   frame @ (q / np.sqrt(lam)), resolved, mean_hess, sd_h, tau, diag_sd)
