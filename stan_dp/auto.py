@@ -49,8 +49,8 @@ from stan_dp.adaptation.newton import (
     rounds_share,
     TAIL_MULTIPLE,
     clip_inflation,
+    planned_settings,
     private_mode,
-    round_count,
 )
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
@@ -217,8 +217,7 @@ def _validated_start(model: Any, init: Any) -> np.ndarray:
 def _adaptation_plan(epsilon: float, delta: float, share: float, settings: AdaptationSettings,
                      n_public: int, dim: int) -> tuple[AdaptationSettings, float, list[Release]]:
     """The adaptation's settings (rounds fixed), PLD-mean budget and releases: public facts only."""
-    settings = settings._replace(rounds=round_count(settings, n_public, dim,
-                                                    pld_mean_budget(epsilon, delta) * share))
+    settings = planned_settings(settings, n_public, dim, pld_mean_budget(epsilon, delta) * share)
     budget_m = _fitting_pld_mean(epsilon, delta, settings) * share
     return settings, budget_m, adaptation_releases(budget_m, settings, n_public, dim)
 

@@ -22,7 +22,7 @@ import stan_dp
 from stan_dp.adaptation.forecast import forecast, gdp_mu, whitened_grad_scale
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.newton import (AdaptationSettings, adaptation_releases, clip_inflation,
-                                       round_count, rounds_share)
+                                       planned_settings, rounds_share)
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.honesty import UtilityWarning
@@ -101,8 +101,8 @@ def test_private_mode_is_as_accurate_on_unstandardised_data(unstandardised):
 def test_accounting_equals_the_closed_form_of_the_composed_gaussians():
     model = logistic(2000, 3, True)
     fit, _ = _quiet_sample(model, epsilon=2.0, delta=1e-6, seed=4, draws=50)
-    settings = AdaptationSettings()
-    plan = adaptation_releases(1.0, settings._replace(rounds=round_count(settings, 2000, 4, pld_mean_budget(2.0, 1e-6))), 2000, 4)
+    settings = planned_settings(AdaptationSettings(), 2000, 4, pld_mean_budget(2.0, 1e-6))
+    plan = adaptation_releases(1.0, settings, 2000, 4)
     assert fit.attrs["releases"] == sum(r.count for r in plan)
     # independent: PLD mean from the summary, tight delta(eps) of N(M, 2M) (Balle & Wang 2018)
     summary = fit.attrs["release_summary"]
@@ -131,7 +131,7 @@ def test_small_budget_warns_before_and_after():
 
 
 def fc_error(n, d, eps):
-    s = AdaptationSettings()
+    s = planned_settings(AdaptationSettings(), n, d, pld_mean_budget(eps, 1e-5))
     share = rounds_share(s) * (1 - s.clip_share) * (1 - s.hessian_share)
     kappa = clip_inflation(s, n, pld_mean_budget(eps, 1e-5))
     return forecast(n, d, eps, 1e-5, kappa=kappa, share=share).expected_error
@@ -332,8 +332,8 @@ def test_penalty_after_adaptation_is_accounted_as_one_run():
     fit, _ = _quiet_sample(model, epsilon=2.0, delta=1e-5, method="penalty", seed=6, chains=2,
                            iterations=40, warmup=5, progress=False)
     attrs = fit.attrs
-    settings = AdaptationSettings()
-    settings = settings._replace(rounds=round_count(settings, 1000, 4, pld_mean_budget(2.0, 1e-5) * MCMC_ADAPTATION_SHARE))
+    settings = planned_settings(AdaptationSettings(), 1000, 4,
+                                pld_mean_budget(2.0, 1e-5) * MCMC_ADAPTATION_SHARE)
     pre = adaptation_releases(_fitting_pld_mean(2.0, 1e-5, settings) * MCMC_ADAPTATION_SHARE,
                               settings, 1000, 4)
     independent = Budget(2.0, 1e-5).epsilon_spent([Release(attrs["noise_multiplier"])], 45, chains=2,

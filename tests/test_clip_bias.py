@@ -96,8 +96,8 @@ def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
         fit = stan_dp.sample(model, epsilon=2.0, delta=1e-6, seed=5, draws=20, settings=settings)
         plain = stan_dp.sample(model, epsilon=2.0, delta=1e-6, seed=5, draws=20,
                                settings=newton.AdaptationSettings(adaptive_clip=False))
-    rounds = newton.round_count(settings, 2000, model.dim, pld_mean_budget(2.0, 1e-6))
-    plan = newton.adaptation_releases(1.0, settings._replace(rounds=rounds), 2000, model.dim)
+    plan = newton.adaptation_releases(
+        1.0, newton.planned_settings(settings, 2000, model.dim, pld_mean_budget(2.0, 1e-6)), 2000, model.dim)
     assert fit.attrs["releases"] == plain.attrs["releases"] == sum(r.count for r in plan)
     assert fit.attrs["epsilon_spent"] == plain.attrs["epsilon_spent"] <= 2.0
     # the near rounds' 7 count releases are split 4 tail + 3 clipped, at the clip counts' multiplier

@@ -25,8 +25,8 @@ from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
 from test_auto import Logistic
 
-ORIENT = newton.AdaptationSettings()   # the default orients (with quantile_share 0.03)
-PLAIN = newton.AdaptationSettings(orient=False, quantile_share=0.05)   # the unoriented search
+ORIENT = newton.AdaptationSettings(orient=True)    # forced (the default decides from public facts)
+PLAIN = newton.AdaptationSettings(orient=False)
 
 
 def _glm(n: int, seed: int, unstandardised: bool) -> Logistic:
@@ -90,8 +90,7 @@ def test_the_plan_lists_the_orientation_releases_and_they_fit_the_budget():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = stan_dp.sample(model, epsilon=2.0, delta=1e-6, seed=5, draws=20, settings=ORIENT)
-    settings = ORIENT._replace(rounds=newton.round_count(ORIENT, 2000, model.dim,
-                                                         pld_mean_budget(2.0, 1e-6)))
+    settings = newton.planned_settings(ORIENT, 2000, model.dim, pld_mean_budget(2.0, 1e-6))
     plan = newton.adaptation_releases(1.0, settings, 2000, model.dim)
     assert fit.attrs["releases"] == sum(r.count for r in plan)
     assert "orientation sum: 1 x" in fit.attrs["release_summary"]
@@ -146,3 +145,44 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(seed):
     assert oriented[0] < 4.5, oriented[0]
     assert plain[0] > 2.0 * oriented[0], (plain[0], oriented[0])
     assert oriented[1]["warnings"]              # epsilon = 1 cannot buy 0.5 sd here: it says so
+
+
+def test_the_default_orients_only_where_the_public_forecast_resolves_the_release():
+    """``orient=None``: on where the forecast of the release's spectral noise in ``R`` is below
+    2/3.  The forecast, recomputed from the plan's own noise multiplier: ``1.5 (2 z) sqrt(2 d) d /
+    n``; n = 1e3 at D = 10 (the release's noise swamps ``R``: measured tau_R 1.3-2.4) is off,
+    n = 1e4 at D = 10 and n = 1e3 at D = 5, epsilon = 4 (the ridge cells it fixes) are on."""
+    default = newton.AdaptationSettings()
+    assert default.orient is None
+    for n, dim, eps, on in ((10_000, 11, 1.0, True), (1000, 6, 4.0, True), (1000, 11, 4.0, False),
+                            (1000, 6, 1.0, False), (100_000, 11, 1.0, True)):
+        m = pld_mean_budget(eps, 1e-5)
+        planned = newton.planned_settings(default, n, dim, m)
+        z = newton.noise_multipliers(m, planned._replace(orient=True))["orientation"]
+        forecast = 1.5 * 2 * z * math.sqrt(2 * dim) * dim / n
+        assert math.isclose(newton.orientation_noise_forecast(default, n, dim, m), forecast)
+        assert planned.orient is on and (forecast < 2 / 3) is on, (n, dim, eps, forecast)
+        assert planned.rounds == newton.round_count(planned, n, dim, m)
+    # the run's plan follows: no orientation release where it is off
+    model = _glm(1000, 0, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=1, draws=20)
+    assert "orientation" not in fit.attrs["release_summary"] and not fit.attrs["frame_turned"]
+
+
+def test_a_release_whose_noise_swamps_r_never_turns_the_frame():
+    """Forced at n = 1e3, D = 10, epsilon = 1 (and the initial scale's share cut to 0.03, which
+    is what let these seeds' smallest eigenvalue fall below ``1 - tau_R``): the release's noise in
+    ``R`` is above 1 (tau_R 2.35, the floor of the diagonal), so that eigenvalue says nothing.
+    Turning there sent the search 1.5e5 and 3.1e6 posterior sds off (seeds 3 and 10)."""
+    settings = ORIENT._replace(quantile_share=0.03)
+    for seed in (3, 6, 10):
+        model = _glm(1000, seed, False)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = newton.private_mode(model, n_public=1000, pld_mean=pld_mean_budget(1.0, 1e-5),
+                                         relation="replace_one",
+                                         rng_noise=np.random.default_rng(seed + 1000),
+                                         init=np.zeros(model.dim), settings=settings)
+        assert not result.frame_turned, seed

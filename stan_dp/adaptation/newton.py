@@ -23,7 +23,8 @@ Steps (every data access a Gaussian release written to the ledger):
    decades too small then freezes every coordinate.)  A coordinate whose
    median is zero (rows mostly do not depend on it, e.g. a group effect)
    starts at scale 1.
-   With ``settings.orient`` (the default) the frame is then turned along
+   With ``settings.orient`` (by default where the public forecast says the
+   release can resolve it) the frame is then turned along
    the principal directions of the rows' curvature (:func:`_oriented_frame`),
    so that a ridge the diagonal frame hides (an intercept and a slope on a
    predictor far from 0) is not left to the rounds.
@@ -139,20 +140,18 @@ class AdaptationSettings(NamedTuple):
     all at 1.5), 0.32 -> 0.26 (epsilon = 4), 0.50 -> 0.39 (n = 1e5, epsilon = 1); a varying-intercept
     model (n = 3000, epsilon = 4) went from 40-200 sd off and unsettled to settled within 1-4 sd.
     At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
-    quantile_share: float = 0.03
-    """Share of the adaptation budget (PLD mean) for the initial scale (0.05 was measured for
-    ``orient=False``, which then has 3.5 % more of the budget for the rounds)."""
+    quantile_share: float = 0.05
+    """Share of the adaptation budget (PLD mean) for the initial scale."""
     quantile_rounds: int = 12
     """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
-    orient: bool = True
+    orient: bool | None = None
     """Turn the initial frame along the rows' curvature (:func:`_oriented_frame`, two more
-    releases).  Median worst error over 24 seeds (NumPy, exact posterior), unoriented (with
-    ``quantile_share=0.05``) -> oriented: a D = 10 logistic regression with an intercept-slope
+    releases).  ``None``: where :func:`orientation_noise_forecast` (public) says its release can
+    resolve a ridge (:func:`planned_settings`).  Median worst error over 24 seeds (NumPy, exact
+    posterior), unoriented -> oriented: a D = 10 logistic regression with an intercept-slope
     ridge (a predictor in metres) 15.5 -> 2.4 posterior sds (n = 1e4, epsilon = 1), a Poisson GLM
-    with it 9.3 -> 1.25 (n = 1e3, epsilon = 4).  The price is the 5.5 % of the adaptation budget
-    the two releases take where no ridge is found: standardised fits at epsilon = 4 went
-    0.53 -> 0.61 (logistic, rms 0.58 -> 0.62) and 0.42 -> 0.46 (Poisson, rms 0.45 -> 0.47);
-    docs/adaptation.md §3 "Orientation"."""
+    with it 9.3 -> 1.4 (n = 1e3, epsilon = 4); standardised predictors at epsilon = 4 within
+    noise (0.53 -> 0.54, 0.42 -> 0.45); docs/adaptation.md §3 "Orientation"."""
     orientation_share: float = 0.025
     """Share of the adaptation budget (PLD mean) for the orientation release
     (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm)."""
@@ -355,6 +354,46 @@ def round_count(settings: AdaptationSettings, n_public: int, dim: int, pld_mean:
     return int(min(max(k, settings.min_rounds), settings.max_rounds))
 
 
+ORIENT_NOISE_LIMIT = 2.0 / 3.0
+""":func:`planned_settings` orients only where :func:`orientation_noise_forecast` is below this.
+The noise's spectral norm in the unit-diagonal matrix ``R`` must stay below 1 (the size of ``R``'s
+entries, :data:`RIDGE_EIGENVALUE` 0.25 apart from a ridge's): the forecast assumes the mean
+diagonal ``n / d`` and the measured ``tau_R`` is 1.3-1.6 times it (the smallest diagonal is below
+the mean): 0.55 against 0.37 (logistic D = 10, n = 1e4, epsilon = 1), 0.63-0.79 against 0.43
+(Poisson D = 5, n = 1e3, epsilon = 4), 1.3-2.4 against 1.06 (logistic, n = 1e3, epsilon = 4)."""
+
+
+def orientation_noise_forecast(settings: AdaptationSettings, n_public: int, dim: int,
+                               pld_mean: float) -> float:
+    """Forecast of ``tau_R``, the orientation release's spectral noise in ``R`` (public).
+
+    :func:`_oriented_frame` releases ``M = sum_i S_i / ||S_i||_F`` with entry
+    noise ``s = k z`` (``k = 2``, replace-one: the larger sensitivity); its
+    diagonal sums to ``n`` over ``d`` coordinates, so ``R``'s scaling divides
+    by about ``n / d``: ``tau_R ~ 1.5 s sqrt(2 d) d / n``.  ``dim`` counts
+    every coordinate (those the rows do not touch too), which errs high.
+    """
+    z = 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
+    return NOISE_SPECTRAL_FACTOR * 2.0 * z * math.sqrt(2.0 * dim) * dim / n_public
+
+
+def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
+                     pld_mean: float) -> AdaptationSettings:
+    """``settings`` with ``orient`` and ``rounds`` fixed from public facts (the plan).
+
+    ``orient=None`` becomes ``True`` where :func:`orientation_noise_forecast`
+    is below :data:`ORIENT_NOISE_LIMIT` (n = 1e4 and up at D = 10; n = 1e3 at
+    D = 5 and epsilon = 4, not at epsilon = 1): below that the release cannot
+    see a ridge, and its budget and second scale estimate only cost (the
+    Poisson GLM at n = 1e3, epsilon = 1: median 5.4 -> 7.2-8.6 sds oriented).
+    Then ``rounds`` by :func:`round_count`.
+    """
+    s = settings
+    if s.orient is None:
+        s = s._replace(orient=orientation_noise_forecast(s, n_public, dim, pld_mean) < ORIENT_NOISE_LIMIT)
+    return s._replace(rounds=round_count(s, n_public, dim, pld_mean))
+
+
 def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str, float]:
     """Noise multipliers of the adaptation's releases for a PLD-mean budget (data-independent).
 
@@ -368,8 +407,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     off the rounds' part too.
     """
     s = settings
-    if s.rounds is None:
-        raise ValueError("settings.rounds must be set (see round_count)")
+    if s.rounds is None or s.orient is None:
+        raise ValueError("settings.rounds and settings.orient must be set (see planned_settings)")
     m_quantile = s.quantile_share * pld_mean
     m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
@@ -388,6 +427,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
 def rounds_share(settings: AdaptationSettings) -> float:
     """Share of the adaptation budget (PLD mean) left for the Newton rounds (public)."""
     s = settings
+    if s.orient is None:
+        raise ValueError("settings.orient must be set (see planned_settings)")
     shares = (s.quantile_share, s.orientation_share, s.direction_share) if s.orient else (s.quantile_share,)
     share = 1.0 - sum(shares)
     if not (0.0 < share <= 1.0 and min(shares) > 0.0):
@@ -399,7 +440,7 @@ def rounds_share(settings: AdaptationSettings) -> float:
 def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public: int,
                         dim: int) -> list[Release]:
     """Every release :func:`private_mode` makes, as accounting lines (data-independent)."""
-    s = settings._replace(rounds=round_count(settings, n_public, dim, pld_mean))
+    s = planned_settings(settings, n_public, dim, pld_mean)
     z = noise_multipliers(pld_mean, s)
     oriented = [Release(z["orientation"], 1), Release(z["direction"], s.quantile_rounds)] if s.orient else []
     return [Release(z["scale"], s.quantile_rounds), *oriented,
@@ -526,7 +567,8 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
         lam, w = np.linalg.eigh(0.5 * (r + r.T))
         # the noise's spectral norm in R (an upper bound: the smallest diagonal scales it)
         tau_r = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
-        if np.all(np.isfinite(lam)) and -tau_r < lam[0] < min(RIDGE_EIGENVALUE, 1.0 - tau_r):
+        if (np.all(np.isfinite(lam)) and tau_r < 1.0
+                and -tau_r < lam[0] < min(RIDGE_EIGENVALUE, 1.0 - tau_r)):
             u = w / np.sqrt(diag)[:, None]
             u /= np.linalg.norm(u, axis=0)
             directions = np.zeros((d, idx.size))
@@ -633,7 +675,7 @@ def private_mode(
     AdaptationResult
     """
     d = int(density.dim)
-    s = settings._replace(rounds=round_count(settings, n_public, d, pld_mean))
+    s = planned_settings(settings, n_public, d, pld_mean)
     ledger = Ledger(relation)
     zs = noise_multipliers(pld_mean, s)   # the same plan adaptation_releases() accounts
     z_q, z_c, z_g, z_h = zs["scale"], zs["clip"], zs["gradient"], zs["curvature"]
