@@ -78,8 +78,8 @@ def test_uniform_bounded_coefficients(compiled):
 
 @pytest.mark.parametrize("orient", [True, False])
 def test_hierarchical_intercept_warns_and_names_the_funnel_neck(compiled, orient):
-    """The default (oriented) search settles near the mode with this seed (worst 0.67 sd, tau
-    off: the forecast warns); the unoriented one (``orient=False``) ends at the degenerate neck
+    """The default (oriented) search settles near the mode with this seed (worst 0.59 sd: the
+    forecast warns); the unoriented one (``orient=False``) ends at the degenerate neck
     of the funnel (tau at 0, the prior supplying 99 % of the curvature) and must say so."""
     rng = np.random.default_rng(0)
     groups = rng.integers(1, 6, size=N)

@@ -150,8 +150,8 @@ class AdaptationSettings(NamedTuple):
     resolve a ridge (:func:`planned_settings`).  Median worst error over 24 seeds (NumPy, exact
     posterior), unoriented -> oriented: a D = 10 logistic regression with an intercept-slope
     ridge (a predictor in metres) 15.5 -> 2.4 posterior sds (n = 1e4, epsilon = 1), a Poisson GLM
-    with it 9.3 -> 1.4 (n = 1e3, epsilon = 4); standardised predictors at epsilon = 4 within
-    noise (0.53 -> 0.54, 0.42 -> 0.45); docs/adaptation.md §3 "Orientation"."""
+    with it 9.3 -> 1.4 (n = 1e3, epsilon = 4); standardised predictors within noise (epsilon = 4:
+    logistic 0.53 -> 0.52, Poisson 0.42 -> 0.46); docs/adaptation.md §3 "Orientation"."""
     orientation_share: float = 0.025
     """Share of the adaptation budget (PLD mean) for the orientation release
     (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm)."""
