@@ -260,6 +260,13 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         warnings.simplefilter("ignore", RuntimeWarning)
         result = private_mode(model, n_public=n_public, pld_mean=budget_m, relation=relation,
                               rng_noise=stream.noise, init=start, settings=settings)
+    made = Counter(e.noise_multiplier for e in result.ledger.entries)
+    planned: Counter = Counter()
+    for r in releases:
+        planned[r.noise_multiplier] += r.count
+    if made != planned:   # the samplers' accounting composes the plan: it must be what was done
+        raise RuntimeError("the private adaptation made releases that its accounted plan does not "
+                           f"list (made {dict(made)}, planned {dict(planned)}); nothing is returned")
     # ---- post-processing of released values only from here on ----
     post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
     noise_sd = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd

@@ -121,6 +121,27 @@ def test_accounting_equals_the_closed_form_of_the_composed_gaussians():
     assert delta_of(spent * 0.99) > 1e-6                # and it is not loose
 
 
+@pytest.mark.parametrize("method", ["gaussian", "penalty"])
+def test_a_release_outside_the_accounted_plan_is_refused(monkeypatch, method):
+    """The samplers compose the adaptation's *plan*; if the search ever released something the
+    plan does not list (here: one extra count, as a bug would), the run must fail, not return."""
+    import stan_dp.auto as auto
+
+    real = auto.private_mode
+
+    def one_more(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.ledger.add("extra count", 50.0, 1.0)
+        return result
+
+    monkeypatch.setattr(auto, "private_mode", one_more)
+    with pytest.raises(RuntimeError, match="accounted plan"):
+        _quiet_sample(logistic(1000, 0, False), epsilon=2.0, delta=1e-5, seed=1, method=method,
+                      draws=20)
+    monkeypatch.setattr(auto, "private_mode", real)
+    _quiet_sample(logistic(1000, 0, False), epsilon=2.0, delta=1e-5, seed=1, method=method, draws=20)
+
+
 def test_small_budget_warns_before_and_after():
     model = logistic(1000, 0, True)
     fit, caught = _quiet_sample(model, epsilon=0.5, delta=1e-5, seed=1, draws=50)

@@ -88,8 +88,7 @@ def test_hierarchical_intercept_warns_and_names_the_funnel_neck(compiled, orient
     path = stan_test_model("hierarchical_intercept")
     model = stan_dp.RowModel(compiled(path), data)
     ref = stan_dp.reference_fit(path, data, seed=1, chains=2, draws=500, warmup=500)
-    settings = AdaptationSettings() if orient else AdaptationSettings(orient=False,
-                                                                     quantile_share=0.05)
+    settings = AdaptationSettings() if orient else AdaptationSettings(orient=False)
     fit, warned = _fit(model, settings=settings)
     worst = stan_dp.compare(fit, ref).headline()["worst_std_mean_error"]
     target = max(3 * information_floor(model, ref, 4.0, 1e-5), 0.5)
@@ -97,6 +96,8 @@ def test_hierarchical_intercept_warns_and_names_the_funnel_neck(compiled, orient
     at_neck = fit.attrs["prior_share"] > PRIOR_SHARE_LIMIT
     if at_neck:
         assert any("prior" in w for w in warned), warned
-    assert at_neck == (not orient), fit.attrs["prior_share"]
-    if orient:
-        assert fit.attrs["search_settled"] and worst < 2.0, worst
+    if orient:   # the public gate orients here (n = 1e4, dim 8, epsilon = 4), and it helps
+        assert "orientation sum" in fit.attrs["release_summary"]
+        assert not at_neck and fit.attrs["search_settled"] and worst < 2.0, worst
+    else:        # the case the neck warning is for (this seed's unoriented search ends there)
+        assert at_neck, fit.attrs["prior_share"]

@@ -139,7 +139,9 @@ def test_pooled_curvature_noise_follows_each_rounds_frame():
     20,000 draws: the sd's Monte Carlo error is 0.5 %; tolerance 3 %."""
     rng = np.random.default_rng(3)
     d, reps = 4, 20_000
-    frames = [np.diag([0.1, 1.0, 2.0, 0.5]), np.diag([1.0, 1.0, 0.3, 0.5]) + 0.2]
+    # not symmetric: a transposed map (rows of A^-1 for its columns) gives other sds
+    frames = [np.diag([0.1, 1.0, 2.0, 0.5]) + np.triu(np.full((4, 4), 0.3), 1),
+              np.diag([1.0, 1.0, 0.3, 0.5]) + np.tril(np.full((4, 4), 0.2), -1)]
     sds = [0.5, 0.8]
     pool = []
     for a, s in zip(frames, sds):

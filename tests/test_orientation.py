@@ -166,8 +166,8 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
             cut = min(1.0, (forecast / newton.ORIENT_NOISE_TARGET) ** 2)
             assert math.isclose(planned.orientation_share, default.orientation_share * cut)
             assert math.isclose(planned.direction_share, default.direction_share * cut)
-            assert newton.orientation_noise_forecast(planned, n, dim, m) >= min(
-                forecast, newton.ORIENT_NOISE_TARGET) * (1 - 1e-9)
+            assert math.isclose(newton.orientation_noise_forecast(planned, n, dim, m),
+                                max(forecast, newton.ORIENT_NOISE_TARGET))
     # the run's plan follows: no orientation release where it is off
     model = _glm(1000, 0, False)
     with warnings.catch_warnings():

@@ -154,10 +154,11 @@ class AdaptationSettings(NamedTuple):
     logistic 0.53 -> 0.52, Poisson 0.42 -> 0.46); docs/adaptation.md §3 "Orientation"."""
     orientation_share: float = 0.025
     """Share of the adaptation budget (PLD mean) for the orientation release
-    (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm)."""
+    (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm);
+    with ``orient=None`` cut where a smaller one suffices (:func:`planned_settings`)."""
     direction_share: float = 0.03
     """Share of the adaptation budget (PLD mean) for the private scales along the orientation's
-    directions (``quantile_rounds`` count releases)."""
+    directions (``quantile_rounds`` count releases); cut with ``orientation_share``."""
     hessian_share: float = 0.25
     """Share of each round's gradient and curvature budget for the curvature release."""
     clip_share: float = 0.1
@@ -367,7 +368,7 @@ ORIENT_NOISE_TARGET = 0.35
 """:func:`planned_settings` spends on the orientation only what brings its forecast noise down to
 this (the ridge cells that it fixes forecast 0.37 and 0.43 at full shares and keep them; at
 n = 1e4, epsilon = 4 the forecast is 0.11 and the shares shrink 10-fold).  24 seeds, median (rms)
-worst error, full shares -> scaled: Poisson GLM n = 1e4, epsilon = 1 1.34 (1.52) -> 1.24 (1.43);
+worst error, full shares -> scaled with the initial frame kept when not turned (the default): Poisson GLM n = 1e4, epsilon = 1 1.34 (1.52) -> 1.24 (1.43);
 at epsilon = 4 0.45 (0.51) -> 0.46 (0.50); logistic D = 10, epsilon = 4 0.54 (0.57) -> 0.52 (0.54)
 (unoriented: 1.29 (1.25), 0.42 (0.45), 0.53 (0.58))."""
 
@@ -377,10 +378,13 @@ def orientation_noise_forecast(settings: AdaptationSettings, n_public: int, dim:
     """Forecast of ``tau_R``, the orientation release's spectral noise in ``R`` (public).
 
     :func:`_oriented_frame` releases ``M = sum_i S_i / ||S_i||_F`` with entry
-    noise ``s = k z`` (``k = 2``, replace-one: the larger sensitivity); its
-    diagonal sums to ``n`` over ``d`` coordinates, so ``R``'s scaling divides
-    by about ``n / d``: ``tau_R ~ 1.5 s sqrt(2 d) d / n``.  ``dim`` counts
-    every coordinate (those the rows do not touch too), which errs high.
+    noise ``s = k z`` (``k = 2``, replace-one: the larger sensitivity); for
+    rank-one positive rows (GLMs: ``S_i ~ x_i x_i'``) its diagonal sums to
+    ``n`` over ``d`` coordinates (``trace S_i = ||S_i||_F``), so ``R``'s
+    scaling divides by about ``n / d``: ``tau_R ~ 1.5 s sqrt(2 d) d / n``.
+    Rows of higher rank have a larger trace (the forecast errs high),
+    indefinite rows a smaller one.  ``dim`` counts every coordinate (those
+    the rows do not touch too), which errs high.
     """
     z = 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
     return NOISE_SPECTRAL_FACTOR * 2.0 * z * math.sqrt(2.0 * dim) * dim / n_public
@@ -597,14 +601,14 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
                                     n_public=n_public, rounds=s.quantile_rounds,
                                     noise_multiplier=z_direction, ledger=ledger, what="direction count")
     del stat
-    c = n_public * t / float(stats.chi2.ppf(1.0 - tail, 1))
-    with np.errstate(all="ignore"):
-        stretch = np.where(at_floor | ~np.isfinite(c) | (c <= 0.0), 1.0, 1.0 / np.sqrt(c))
-    stretch = np.clip(stretch, 1e-6, 1e6)
     if not turned:
         # No ridge: keep the initial scale.  Averaging in this second estimate of the same axes
         # cost more than it gave (Poisson GLM, n = 1e3, eps = 4: rms 4.3 against 2.5 sds).
         return frame, turned
+    c = n_public * t / float(stats.chi2.ppf(1.0 - tail, 1))
+    with np.errstate(all="ignore"):
+        stretch = np.where(at_floor | ~np.isfinite(c) | (c <= 0.0), 1.0, 1.0 / np.sqrt(c))
+    stretch = np.clip(stretch, 1e-6, 1e6)
     out = frame.copy()
     out[:, idx] = b * stretch
     return out, turned
@@ -916,8 +920,9 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     gradient there is pure noise).  The coordinates ``S`` whose released data
     curvature is within :data:`HELD_NOISE_SDS` noise sds of 0 while the exact
     prior's is beyond that (or, for a coordinate ``rowless`` — the initial
-    scale's released count found no rows curving it — positive) are moved to
-    the maximum of the exact log prior
+    scale's released counts put fewer than its tail share of the rows, at
+    least 10 %, above the curvature floor — positive) are moved to the
+    maximum of the exact log prior
     over ``theta_S`` with the other coordinates fixed at the pooled estimate
     (damped Newton with backtracking, public).  The privacy noise reaches them only through the
     others: with ``J = -P_SS^-1 P_SR`` (``P`` the prior's negative Hessian at
@@ -940,13 +945,18 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     mean_hess = pooled.data_curvature
     # noise sd of a diagonal entry of the mean data curvature in theta space
     noise = pooled.data_curvature_diag_sd
-    if noise is None:   # every round released in ``frame``
+    if noise is None:   # every round released in ``frame`` (a pool built by hand)
         noise = curvature_diagonal_sd(pooled.curvature_sd, inv_frame)
     prior_diag = np.diag(prior_theta(pooled.mode))
     # The prior must be seen to dominate: its curvature beyond the data's noise, or the rows not
     # touching the coordinate at all (a hierarchical scale whose early rounds ran in a narrow
     # frame has a pooled data-curvature noise above its prior curvature: measured 1.85 and 101
     # against ~2, where the rows' curvature is exactly 0).
+    # "Rowless" is the released verdict that few rows touch the coordinate (under the initial
+    # scale's tail share, at least 10 %): also a group effect of one of many small groups whose
+    # data curvature is within noise, which this rule pulls to its prior conditional mode (not
+    # seen in tests: such models did not settle).  A floor on the prior's curvature (3 noise sds
+    # of a release in the final frame) left mu 16 sds off in a settled NumPy run: none is set.
     rowless = np.zeros(prior_diag.size, dtype=bool) if rowless is None else np.asarray(rowless)
     prior_holds = (prior_diag > HELD_NOISE_SDS * noise) | (rowless & (prior_diag > 0.0))
     held = (np.abs(np.diag(mean_hess)) < HELD_NOISE_SDS * noise) & prior_holds & np.isfinite(prior_diag)
