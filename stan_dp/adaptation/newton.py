@@ -368,9 +368,10 @@ ORIENT_NOISE_TARGET = 0.35
 """:func:`planned_settings` spends on the orientation only what brings its forecast noise down to
 this (the ridge cells that it fixes forecast 0.37 and 0.43 at full shares and keep them; at
 n = 1e4, epsilon = 4 the forecast is 0.11 and the shares shrink 10-fold).  24 seeds, median (rms)
-worst error, full shares -> scaled with the initial frame kept when not turned (the default): Poisson GLM n = 1e4, epsilon = 1 1.34 (1.52) -> 1.24 (1.43);
-at epsilon = 4 0.45 (0.51) -> 0.46 (0.50); logistic D = 10, epsilon = 4 0.54 (0.57) -> 0.52 (0.54)
-(unoriented: 1.29 (1.25), 0.42 (0.45), 0.53 (0.58))."""
+worst error, full shares -> cut shares with the initial frame kept when not turned (the default):
+Poisson GLM n = 1e4, epsilon = 1 1.34 (1.52) -> 1.24 (1.43); at epsilon = 4 0.45 (0.51) ->
+0.46 (0.50); logistic D = 10, epsilon = 4 0.54 (0.57) -> 0.52 (0.54) (unoriented: 1.29 (1.25),
+0.42 (0.45), 0.53 (0.58))."""
 
 
 def orientation_noise_forecast(settings: AdaptationSettings, n_public: int, dim: int,
@@ -726,7 +727,7 @@ def private_mode(
     turned = False
     if s.orient:
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates, n_public, s,
-                                zs["orientation"], zs["direction"], rng_noise, ledger)
+                                        zs["orientation"], zs["direction"], rng_noise, ledger)
 
     rounds: list[dict[str, Any]] = []
     pool: list[dict[str, Any]] = []
@@ -922,8 +923,8 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     prior's is beyond that (or, for a coordinate ``rowless`` — the initial
     scale's released counts put fewer than its tail share of the rows, at
     least 10 %, above the curvature floor — positive) are moved to the
-    maximum of the exact log prior
-    over ``theta_S`` with the other coordinates fixed at the pooled estimate
+    maximum of the exact log prior over ``theta_S`` with the other
+    coordinates fixed at the pooled estimate
     (damped Newton with backtracking, public).  The privacy noise reaches them only through the
     others: with ``J = -P_SS^-1 P_SR`` (``P`` the prior's negative Hessian at
     the new point) the noise covariance is ``L Sigma L'``, ``L`` the
