@@ -214,6 +214,14 @@ def _validated_start(model: Any, init: Any) -> np.ndarray:
     return start
 
 
+def _release_counts(releases: list[Release]) -> Counter:
+    """Releases per noise multiplier (the composition depends on nothing else)."""
+    counts: Counter = Counter()
+    for r in releases:
+        counts[r.noise_multiplier] += r.count
+    return counts
+
+
 def _adaptation_plan(epsilon: float, delta: float, share: float, settings: AdaptationSettings,
                      n_public: int, dim: int) -> tuple[AdaptationSettings, float, list[Release]]:
     """The adaptation's settings (rounds fixed), PLD-mean budget and releases: public facts only."""
@@ -260,10 +268,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         warnings.simplefilter("ignore", RuntimeWarning)
         result = private_mode(model, n_public=n_public, pld_mean=budget_m, relation=relation,
                               rng_noise=stream.noise, init=start, settings=settings)
-    made = Counter(e.noise_multiplier for e in result.ledger.entries)
-    planned: Counter = Counter()
-    for r in releases:
-        planned[r.noise_multiplier] += r.count
+    made, planned = _release_counts(result.ledger.releases()), _release_counts(releases)
     if made != planned:   # the samplers' accounting composes the plan: it must be what was done
         raise RuntimeError("the private adaptation made releases that its accounted plan does not "
                            f"list (made {dict(made)}, planned {dict(planned)}); nothing is returned")
@@ -325,7 +330,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     adapted = _adapt(model, epsilon=epsilon, delta=delta, share=1.0, seed=seed, relation=relation,
                      public_n=public_n, start=start, settings=settings)
     result, attrs = adapted.result, adapted.attrs
-    grouped = Counter(e.noise_multiplier for e in result.ledger.entries)
+    grouped = _release_counts(result.ledger.releases())
     spent = gaussian_epsilon(list(grouped), list(grouped.values()), delta)
     cov = result.covariance + result.noise_covariance
     cov = 0.5 * (cov + cov.T)

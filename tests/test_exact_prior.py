@@ -73,12 +73,11 @@ def _pooled_near_the_mode(model, noise_sd_mu_tau: float | None = None):
     lam, q = np.linalg.eigh(curvature)
     frame = (q / np.sqrt(lam)) @ q.T
     noise_cov = 0.04 * cov                                    # a released noise of 0.2 sds
-    diag_sd = None
+    diag_sd = newton.curvature_diagonal_sd(0.01, np.linalg.inv(frame))
     if noise_sd_mu_tau is not None:
-        diag_sd = newton.curvature_diagonal_sd(0.01, np.linalg.inv(frame))
         diag_sd[:2] = noise_sd_mu_tau
     pooled = newton._Pooled(pooled_mode, noise_cov, curvature, frame, True, data_curvature,
-                            curvature_sd=0.01, tau=0.1, data_curvature_diag_sd=diag_sd)
+                            tau=0.1, data_curvature_diag_sd=diag_sd)
     return pooled, frame, mode, sd
 
 
@@ -162,7 +161,8 @@ def test_pooled_curvature_noise_follows_each_rounds_frame():
     simulated = (total / len(frames)).std(axis=0)
     np.testing.assert_allclose(pooled.data_curvature_diag_sd, simulated, rtol=0.03)
     # the final frame's entry sd alone understates the first coordinate's noise 100-fold
-    naive = newton.curvature_diagonal_sd(pooled.curvature_sd, np.linalg.inv(frames[-1]))
+    pooled_entry_sd = np.sqrt(np.mean(np.square(sds)) / len(sds))   # as if all in the last frame
+    naive = newton.curvature_diagonal_sd(pooled_entry_sd, np.linalg.inv(frames[-1]))
     assert naive[0] < 0.1 * simulated[0]
 
 

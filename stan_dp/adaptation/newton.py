@@ -944,10 +944,7 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
         return inv_frame.T @ prior_neg_hessian(density, theta, frame, h) @ inv_frame
 
     mean_hess = pooled.data_curvature
-    # noise sd of a diagonal entry of the mean data curvature in theta space
-    noise = pooled.data_curvature_diag_sd
-    if noise is None:   # every round released in ``frame`` (a pool built by hand)
-        noise = curvature_diagonal_sd(pooled.curvature_sd, inv_frame)
+    noise = pooled.data_curvature_diag_sd   # of the mean data curvature's diagonal (theta space)
     prior_diag = np.diag(prior_theta(pooled.mode))
     # The prior must be seen to dominate: its curvature beyond the data's noise, or the rows not
     # touching the coordinate at all (a hierarchical scale whose early rounds ran in a narrow
@@ -1024,16 +1021,14 @@ class _Pooled(NamedTuple):
     """No eigenvalue of the pooled curvature sits at the noise floor."""
     data_curvature: np.ndarray
     """Mean of the pooled rounds' released data curvatures (theta space, unprojected)."""
-    curvature_sd: float
-    """Entry noise sd of :attr:`data_curvature` in the frame it was pooled in, as if every pooled
-    round had been released in it."""
     tau: float
-    """Spectral noise of :attr:`data_curvature` in that frame (the :func:`_shrunk_eigen` threshold)."""
-    data_curvature_diag_sd: np.ndarray | None = None
+    """Spectral noise of :attr:`data_curvature` in the pooling frame, as if every pooled round had
+    been released in it (the :func:`_shrunk_eigen` threshold)."""
+    data_curvature_diag_sd: np.ndarray
     """Noise sd of the diagonal of :attr:`data_curvature` (theta space), each round's release
     mapped from its own frame: where the frames differed (a coordinate only the prior holds, whose
-    scale moves with the noisy pooled curvature), the pooled frame's :attr:`curvature_sd`
-    understates it by the ratio of the frames' scales squared."""
+    scale moves with the noisy pooled curvature), the pooling frame's entry noise understates it
+    by the ratio of the frames' scales squared."""
 
 
 def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
@@ -1074,4 +1069,4 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray) -> _Pooled:
     noise_cov = np.linalg.pinv(precision)
     diag_sd = np.sqrt(np.sum([r["hess_diag_sd"] ** 2 for r in pool], axis=0)) / len(pool)
     return _Pooled(noise_cov @ weighted, 0.5 * (noise_cov + noise_cov.T), curvature,
-                   frame @ (q / np.sqrt(lam)), resolved, mean_hess, sd_h, tau, diag_sd)
+                   frame @ (q / np.sqrt(lam)), resolved, mean_hess, tau, diag_sd)
