@@ -48,7 +48,7 @@ def _diagonal_frame(model: Logistic) -> np.ndarray:
 
 
 def _orient(model: Logistic, frame: np.ndarray, relation: str = "replace_one", seed: int = 0):
-    settings = ORIENT._replace(rounds=10)
+    settings = ORIENT._replace(rounds=10, hessian_share=newton.HESSIAN_SHARE)
     z = newton.noise_multipliers(pld_mean_budget(1.0, 1e-5), settings)
     ledger = Ledger(relation)
     out, turned = newton._oriented_frame(queries(model), np.zeros(model.dim), frame,
@@ -158,7 +158,7 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
                             (1000, 6, 1.0, False), (100_000, 11, 1.0, True)):
         m = pld_mean_budget(eps, 1e-5)
         planned = newton.planned_settings(default, n, dim, m)
-        z = newton.noise_multipliers(m, default._replace(orient=True, rounds=1))["orientation"]
+        z = newton.noise_multipliers(m, default._replace(orient=True, rounds=1, hessian_share=0.25))["orientation"]
         forecast = 1.5 * 2 * z * math.sqrt(2 * dim) * dim / n
         assert math.isclose(newton.orientation_noise_forecast(default, n, dim, m), forecast)
         assert planned.orient is on and (forecast < 2 / 3) is on, (n, dim, eps, forecast)
