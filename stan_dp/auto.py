@@ -54,7 +54,7 @@ from stan_dp.adaptation.newton import (
 )
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
-from stan_dp.honesty import UtilityWarning, emit
+from stan_dp.honesty import MOVING_WINDOW, UtilityWarning, emit, moving_coordinates
 from stan_dp.inference import preceding_releases, resolve_init, validate_run_args
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs
@@ -275,13 +275,24 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     # ---- post-processing of released values only from here on ----
     post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
     noise_sd = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd
+    moving: list[str] = []
     if not result.settled:
+        report_sd = np.sqrt(np.maximum(np.diag(result.covariance + result.noise_covariance), 0.0))
+        moving = _moving_parameters(model, result.path, report_sd)
+        walking = ("" if not moving else
+                   f"; it was still walking one way when its rounds ran out ({'; '.join(moving)}, "
+                   "each step the same way and together beyond the reported spread): it ran out "
+                   "of rounds before the mode along these, so the result is not where the "
+                   "posterior is — typically it started far from the posterior (the default "
+                   "init, zeros unconstrained, puts a positive parameter at 1: a data-independent "
+                   "init= on the scale you expect helps most, e.g. a scale parameter near the "
+                   "spread you expect of your outcome), or the budget is small for this many rows")
         emit(["the private mode search did not settle (its last steps were still large or went "
-              "back): the mode may be far from the posterior's; a larger epsilon, more rows, a "
-              "data-independent init= nearer the posterior, or rescaled parameters would help — "
-              "in particular centred predictors (a predictor far from 0 relative to its spread, "
-              "like a distance in metres around 5 km, makes its slope and the intercept nearly "
-              "collinear, a ridge the search cannot resolve at this budget)"],
+              f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
+              "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
+              "help — in particular centred predictors (a predictor far from 0 relative to its "
+              "spread, like a distance in metres around 5 km, makes its slope and the intercept "
+              "nearly collinear, a ridge the search cannot resolve at this budget)"],
              attrs, stacklevel=4)
     if result.prior_share > PRIOR_SHARE_LIMIT:
         emit([f"at the private mode the prior supplies {100 * result.prior_share:.3g}% of the "
@@ -309,6 +320,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "adaptive_clip": bool(settings.adaptive_clip),
         "frame_turned": bool(result.frame_turned),
         "search_settled": bool(result.settled),
+        "still_moving": "; ".join(moving),
         "rounds_averaged": int(result.rounds_averaged),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
         "noise_exceed_probability": exceed_probability(noise_sd, FORECAST_LIMIT),
@@ -318,6 +330,34 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "stan_dp_version": __version__,
     })
     return _Adapted(result, attrs, releases, draw_seed)
+
+
+def _moving_parameters(model: Any, path: np.ndarray, sd: np.ndarray) -> list[str]:
+    """``"name a -> b -> c"`` for each coordinate the search was still walking along (released path)."""
+    flags = moving_coordinates(path, sd)
+    if not flags.any():
+        return []
+    points = np.asarray(path)[-(MOVING_WINDOW + 1):]
+    names = list(getattr(model, "param_names", None) or [])
+    constrained = None
+    if len(names) == points.shape[1]:
+        try:   # Stan's flattened order: each variable column-major, in declaration order
+            constrained = np.array([np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
+                                                    for v in model.constrain(p).values()])
+                                    for p in points])
+        except (ValueError, TypeError, AttributeError):
+            constrained = None
+        if constrained is not None and constrained.shape != points.shape:
+            constrained = None
+    out = []
+    for j in np.flatnonzero(flags):
+        if constrained is not None:
+            base, *index = names[j].split(".")   # BridgeStan's "beta.1" is Stan's beta[1]
+            label = f"{base}[{','.join(index)}]" if index and all(i.isdigit() for i in index) else names[j]
+            out.append(f"{label} " + " -> ".join(f"{v:.4g}" for v in constrained[:, j]))
+        else:
+            out.append(f"unconstrained coordinate {j + 1} " + " -> ".join(f"{v:.4g}" for v in points[:, j]))
+    return out
 
 
 def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,

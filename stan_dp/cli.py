@@ -105,7 +105,8 @@ def read_init(spec: str | None, model) -> object:
 
     ``zeros`` is the origin of the unconstrained space (CmdStan's
     ``init=0``); a JSON file holds constrained values by variable name, as
-    CmdStan's init files do.  Either must be chosen without the data.
+    CmdStan's init files do, and may name only some of them (the rest start
+    at zeros unconstrained).  Either must be chosen without the data.
     """
     if spec is None:
         return None
@@ -470,7 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "whose leading dimension is the row count)")
     sample.add_argument("--init", default=None,
                         help="initial point, chosen without the data: 'zeros' (unconstrained "
-                             "origin) or a JSON file of parameter values (default: random)")
+                             "origin) or a JSON file of parameter values, which may name only "
+                             "some (the rest start at zeros unconstrained; e.g. {\"sigma\": 20} "
+                             "for a scale parameter on the outcome's scale). Default: zeros for "
+                             "the automatic path; random for a seed's sampler given all its knobs")
     sample.add_argument("--seed", type=_nonnegative_int, default=None,
                         help="fix for a reproducible (not publishable) run")
     sample.add_argument("--output", default=None, help="write the fit as netCDF (e.g. fit.nc)")

@@ -20,6 +20,7 @@ __all__ = [
     "MIN_BULK_ESS",
     "chain_diagnostics",
     "mixing_warnings",
+    "moving_coordinates",
     "emit",
 ]
 
@@ -98,6 +99,45 @@ def mixing_warnings(diag: Mapping[str, Any]) -> list[str]:
     if ess < MIN_BULK_ESS * max(1, diag.get("chains", 1)) and not stuck:   # nan: not judged
         out.append(f"bulk ESS is only {ess:.3g}: too few effective draws for means or intervals.")
     return out
+
+
+MOVING_WINDOW = 3
+""":func:`moving_coordinates` looks at this many last steps of a search."""
+MOVING_SDS = 3.0
+""":func:`moving_coordinates` flags a coordinate that moved by more than this many reported sds."""
+
+
+def moving_coordinates(path: np.ndarray, sd: np.ndarray, window: int = MOVING_WINDOW,
+                       threshold: float = MOVING_SDS) -> np.ndarray:
+    """Coordinates a search was still walking along when its rounds ran out (post-processing).
+
+    A coordinate is flagged when each of the last ``window`` steps of
+    ``path`` (points, one per round) moved it the same way and together by
+    more than ``threshold`` times ``sd`` (the reported posterior sd): the
+    search did not reach the mode along it, and the reported spread does not
+    cover the distance left.  Noise-driven wandering near a mode changes
+    direction and is not flagged.
+
+    Parameters
+    ----------
+    path : ndarray, shape (rounds + 1, dim)
+        The search's points (released values only).
+    sd : ndarray, shape (dim,)
+        Reported posterior sd per coordinate (same space as ``path``).
+
+    Returns
+    -------
+    ndarray of bool, shape (dim,)
+    """
+    path = np.asarray(path, dtype=float)
+    sd = np.asarray(sd, dtype=float)
+    if path.ndim != 2 or path.shape[0] <= window or sd.shape != path.shape[1:]:
+        return np.zeros(path.shape[-1] if path.ndim == 2 else 0, dtype=bool)
+    steps = np.diff(path[-(window + 1):], axis=0)
+    one_way = np.all(steps > 0, axis=0) | np.all(steps < 0, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        far = np.abs(path[-1] - path[-(window + 1)]) > threshold * sd
+    return one_way & far & np.all(np.isfinite(steps), axis=0)
 
 
 def emit(messages: list[str], attrs: dict[str, Any], *, stacklevel: int = 3) -> None:

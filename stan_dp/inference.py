@@ -334,8 +334,10 @@ def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
         ``None`` (random, see :func:`initial_position`), an unconstrained
         array of size ``dim`` (shared by all chains) or of shape
         ``(chains, dim)``, or a dict of constrained values (needs
-        ``model.unconstrain``).  A user initial point must not depend on the
-        private data.
+        ``model.unconstrain``); parameters the dict leaves out start where
+        zeros unconstrained put them (a positive parameter at 1), and a name
+        that is not a parameter is refused.  A user initial point must not
+        depend on the private data.
     chains : int
         Number of chains.
 
@@ -359,7 +361,18 @@ def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
                 f"init given as a dict of constrained values, but {type(model).__name__} "
                 "has no unconstrain(); pass an unconstrained array of size dim instead"
             )
-        init = unconstrain(dict(init))
+        values = dict(init)
+        shapes = getattr(model, "param_shapes", None)
+        if isinstance(shapes, Mapping):
+            unknown = sorted(str(k) for k in values if k not in shapes)
+            if unknown:
+                raise ValueError(f"init names {', '.join(unknown)}, not in the parameters block "
+                                 f"({', '.join(shapes)})")
+            left_out = [k for k in shapes if k not in values]
+            if left_out and callable(getattr(model, "constrain", None)):
+                default = model.constrain(np.zeros(dim))
+                values = {k: (values[k] if k in values else default[k]) for k in shapes}
+        init = unconstrain(values)
     arr = np.asarray(init, dtype=float)
     if arr.size == dim:
         arr = np.broadcast_to(arr.reshape(dim), (chains, dim)).copy()
