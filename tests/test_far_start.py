@@ -99,3 +99,26 @@ def test_a_partial_init_dict_fills_the_rest_with_the_default_start_and_refuses_u
     np.testing.assert_allclose(resolve_init(model, {"mu": 3.0, "sigma": 1.0}, 1), [[3.0, 0.0]])
     with pytest.raises(ValueError, match="sgima"):
         resolve_init(model, {"sgima": 20.0}, 1)
+
+
+class _StanNamed:
+    """BridgeStan-style flattened names (``beta.1``) for ``vector[2] beta; real<lower=0> sigma``."""
+
+    dim = 3
+    param_names = ["beta.1", "beta.2", "sigma"]
+
+    def constrain(self, theta):
+        return {"beta": np.asarray(theta[:2]), "sigma": np.asarray(np.exp(theta[2]))}
+
+
+def test_moving_parameters_are_named_as_stan_writes_them_with_constrained_values():
+    from stan_dp.auto import _moving_parameters
+
+    path = np.array([[0.0, 0.0, 0.0], [1.0, 0.1, 0.5], [2.0, -0.1, 1.0], [3.0, 0.1, 1.5], [4.0, 0.0, 2.0]])
+    out = _moving_parameters(_StanNamed(), path, np.array([0.1, 0.1, 0.1]))
+    assert out == ["beta[1] 1 -> 2 -> 3 -> 4",
+                   "sigma " + " -> ".join(f"{v:.4g}" for v in np.exp([0.5, 1.0, 1.5, 2.0]))]
+    # without names that line up with the coordinates, the unconstrained values are given
+    unnamed = type("U", (), {"dim": 3, "param_names": ["beta.1"], "constrain": _StanNamed.constrain})()
+    assert _moving_parameters(unnamed, path, np.array([0.1, 0.1, 0.1]))[1] == \
+        "unconstrained coordinate 3 0.5 -> 1 -> 1.5 -> 2"
