@@ -121,9 +121,9 @@ def sample(
     method : {"auto", "gaussian", "hmc", "penalty", "subsampled_penalty", "barker"}
         ``"auto"`` and ``"gaussian"``: private adaptation with the whole budget
         and the noise-aware Gaussian approximation (module docstring).  The
-        others call the seeds' samplers (:func:`stan_dp.hmc`, ...) with
-        ``method_options``; ``penalty``, ``subsampled_penalty`` and ``barker``
-        need their ``clip`` and ``step_size`` there.
+        others spend part of the budget on the adaptation and run the seeds'
+        samplers (:func:`stan_dp.hmc`, ...) in the adapted frame, every knob
+        set from public facts; ``method_options`` override them.
     data : dict or path, optional
         With a ``.stan`` path.
     chains, draws : int
