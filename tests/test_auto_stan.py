@@ -60,6 +60,30 @@ def test_flat_prior_scale_with_a_predictor_in_metres(compiled):
     np.testing.assert_allclose(sds, sd, rtol=0.5)   # not NUTS's: it mixes badly on metres
 
 
+def test_a_scale_started_far_below_is_named_and_a_partial_init_fixes_it(compiled):
+    """434 rows of an outcome around 100 with residual sd 18 (kidiq's size): the default start puts
+    sigma at 1, and the search does not get there; the run names sigma, still moving, and an
+    ``init`` dict that sets only sigma (public: the outcome's scale) brings it within a few sds."""
+    n = 434
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=n)
+    y = 100 + 9 * x + 18 * rng.normal(size=n)
+    model = stan_dp.RowModel(compiled(stan_test_model("scale_flat")), {"N": n, "x": x, "y": y})
+    design = np.column_stack([np.ones(n), x])
+    rss = float(np.linalg.lstsq(design, y, rcond=None)[1][0])
+    s, s_sd = np.sqrt(rss / (n - 2)), np.sqrt(rss / (n - 2) / (2 * n))   # sigma's posterior, closely
+    far, warned = _fit(model, seed=1)
+    assert not far.attrs["search_settled"]
+    assert "sigma " in far.attrs["still_moving"] and any("sigma " in w for w in warned)
+    assert abs(float(far.posterior["sigma"].mean()) - s) > 20 * s_sd    # 28 sds: still near 1
+    near, _ = _fit(model, seed=1, init={"sigma": 20.0})
+    assert near.attrs["still_moving"] == ""
+    # 0.1-2.4 sds over seeds 1-3 and two data sets (sigma's clipping bias is the rest)
+    assert abs(float(near.posterior["sigma"].mean()) - s) < 3 * s_sd
+    with pytest.raises(ValueError, match="sgima"):
+        stan_dp.sample(model, epsilon=4.0, delta=1e-5, seed=1, init={"sgima": 20.0})
+
+
 def test_uniform_bounded_coefficients(compiled):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(N, 3))
