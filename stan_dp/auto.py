@@ -349,11 +349,13 @@ def _moving_parameters(model: Any, path: np.ndarray, sd: np.ndarray) -> list[str
             constrained = None
         if constrained is not None and constrained.shape != points.shape:
             constrained = None
+    from stan_dp.diagnostics import _parse_flat, stan_name   # compare's reading of flat names
+
     out = []
     for j in np.flatnonzero(flags):
         if constrained is not None:
-            base, *index = names[j].split(".")   # BridgeStan's "beta.1" is Stan's beta[1]
-            label = f"{base}[{','.join(index)}]" if index and all(i.isdigit() for i in index) else names[j]
+            parsed = _parse_flat(names[j])   # BridgeStan's "beta.1" is Stan's beta[1]
+            label = names[j] if parsed is None else stan_name(parsed[0], [i - 1 for i in parsed[1]])
             out.append(f"{label} " + " -> ".join(f"{v:.4g}" for v in constrained[:, j]))
         else:
             out.append(f"unconstrained coordinate {j + 1} " + " -> ".join(f"{v:.4g}" for v in points[:, j]))
