@@ -20,13 +20,15 @@ import pytest
 
 import stan_dp
 from stan_dp.adaptation import newton
+from stan_dp.adaptation.far import FAR_SHARE
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
 from test_auto import Logistic
 
-ORIENT = newton.AdaptationSettings(orient=True)    # forced (the default decides from public facts)
-PLAIN = newton.AdaptationSettings(orient=False)
+# forced (the default decides from public facts); the far phase's share fixed, as the plan would
+ORIENT = newton.AdaptationSettings(orient=True, far_share=FAR_SHARE)
+PLAIN = newton.AdaptationSettings(orient=False, far_share=FAR_SHARE)
 
 
 def _glm(n: int, seed: int, unstandardised: bool) -> Logistic:
@@ -158,7 +160,8 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
                             (1000, 6, 1.0, False), (100_000, 11, 1.0, True)):
         m = pld_mean_budget(eps, 1e-5)
         planned = newton.planned_settings(default, n, dim, m)
-        z = newton.noise_multipliers(m, default._replace(orient=True, rounds=1, hessian_share=0.25))["orientation"]
+        z = newton.noise_multipliers(m, default._replace(orient=True, rounds=1, hessian_share=0.25,
+                                                          far_share=FAR_SHARE))["orientation"]
         forecast = 1.5 * 2 * z * math.sqrt(2 * dim) * dim / n
         assert math.isclose(newton.orientation_noise_forecast(default, n, dim, m), forecast)
         assert planned.orient is on and (forecast < 2 / 3) is on, (n, dim, eps, forecast)

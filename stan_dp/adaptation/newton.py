@@ -76,6 +76,7 @@ import numpy as np
 from scipy import stats
 
 from stan_dp.accounting import Release, sensitivity_factor
+from stan_dp.adaptation.far import FAR_ROUNDS, far_multipliers, far_phase, far_releases, planned_far_share
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
@@ -142,6 +143,12 @@ class AdaptationSettings(NamedTuple):
     At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
     quantile_share: float = 0.05
     """Share of the adaptation budget (PLD mean) for the initial scale."""
+    far_rounds: int = FAR_ROUNDS
+    """Rounds of the far phase before the Newton rounds (:mod:`stan_dp.adaptation.far`; 0: none)."""
+    far_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the far phase (with ``far_rounds > 0``).
+    ``None``: :func:`~stan_dp.adaptation.far.planned_far_share` (at most ``FAR_SHARE`` = 0.1, cut
+    where the rows are many enough to resolve the votes with less)."""
     quantile_rounds: int = 12
     """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
     orient: bool | None = None
@@ -424,7 +431,11 @@ def curvature_noise_forecast(settings: AdaptationSettings, n_public: int, dim: i
 
 def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
                      pld_mean: float) -> AdaptationSettings:
-    """``settings`` with ``orient``, ``hessian_share`` and ``rounds`` fixed from public facts (the plan).
+    """``settings`` with ``far_share``, ``orient``, ``hessian_share`` and ``rounds`` fixed from public
+    facts (the plan).
+
+    ``far_share=None`` becomes :func:`~stan_dp.adaptation.far.planned_far_share`
+    (0 without far rounds).
 
     ``orient=None`` becomes ``True`` where :func:`orientation_noise_forecast`
     is below :data:`ORIENT_NOISE_LIMIT` (n = 1e4 and up at D = 10; n = 1e3 at
@@ -444,6 +455,9 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     rounds whose noise is ``resolution`` = 1); the count is fixed before the cut.
     """
     s = settings
+    if s.far_share is None:
+        s = s._replace(far_share=planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds
+                       else 0.0)
     if s.orient is None:
         tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
         f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
@@ -470,12 +484,13 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     releases) and the remainder between the gradient and (``hessian_share``)
     the curvature release.  With ``orient``, ``orientation_share`` (one matrix
     release) and ``direction_share`` (``quantile_rounds`` count releases) come
-    off the rounds' part too.
+    off the rounds' part too, and with ``far_rounds`` ``far_share``
+    (:func:`~stan_dp.adaptation.far.far_multipliers`).
     """
     s = settings
-    if s.rounds is None or s.orient is None or s.hessian_share is None:
-        raise ValueError("settings.rounds, settings.orient and settings.hessian_share must be set "
-                         "(see planned_settings)")
+    if s.rounds is None or s.orient is None or s.hessian_share is None or s.far_share is None:
+        raise ValueError("settings.rounds, settings.orient, settings.hessian_share and settings.far_share "
+                         "must be set (see planned_settings)")
     m_quantile = s.quantile_share * pld_mean
     m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
@@ -483,6 +498,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
         "orientation": 1.0 / math.sqrt(2.0 * s.orientation_share * pld_mean),
         "direction": math.sqrt(s.quantile_rounds / (2.0 * s.direction_share * pld_mean)),
     }
+    if s.far_rounds:
+        out |= far_multipliers(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds)
     return out | {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
@@ -497,10 +514,14 @@ def rounds_share(settings: AdaptationSettings) -> float:
     if s.orient is None:
         raise ValueError("settings.orient must be set (see planned_settings)")
     shares = (s.quantile_share, s.orientation_share, s.direction_share) if s.orient else (s.quantile_share,)
+    if s.far_rounds:
+        if s.far_share is None:
+            raise ValueError("settings.far_share must be set (see planned_settings)")
+        shares = (*shares, s.far_share)
     share = 1.0 - sum(shares)
     if not (0.0 < share <= 1.0 and min(shares) > 0.0):
-        raise ValueError("quantile_share (and with orient, orientation_share and direction_share) "
-                         "must be positive and sum to less than 1")
+        raise ValueError("quantile_share (and with orient, orientation_share and direction_share; with "
+                         "far_rounds, far_share) must be positive and sum to less than 1")
     return share
 
 
@@ -510,7 +531,8 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     s = planned_settings(settings, n_public, dim, pld_mean)
     z = noise_multipliers(pld_mean, s)
     oriented = [Release(z["orientation"], 1), Release(z["direction"], s.quantile_rounds)] if s.orient else []
-    return [Release(z["scale"], s.quantile_rounds), *oriented,
+    far = far_releases(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds) if s.far_rounds else []
+    return [*far, Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
 
@@ -704,6 +726,28 @@ def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.n
     return np.clip(lam, 1e-3, 1e8), q
 
 
+def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
+                   rng_noise: np.random.Generator, ledger: Ledger, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The local sd of every coordinate at ``theta`` from a private upper quantile of the per-row
+    curvatures (step 1 of :func:`private_mode`), and the coordinates whose search ended at the floor
+    (most rows do not depend on them; their scale is 1)."""
+    d = theta.size
+    # Per-row values are computed and kept where the rows live (in this
+    # process, or on the workers of a sharded model); only counts and clipped
+    # sums of them come back, through the mechanisms of releases.py.
+    curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
+    tail = scale_tail(n_public, d, z)
+    t, at_floor = private_quantiles(rng_noise, RowColumns(holder, curv_stat, 0, d), tail=tail,
+                                    n_public=n_public, rounds=s.quantile_rounds, noise_multiplier=z,
+                                    ledger=ledger, what=what)
+    del curv_stat  # the rows' statistic is dropped where it lives
+    # t is an upper quantile; the mean curvature (what the frame needs) is about
+    # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1), and larger
+    # than that for coordinates only some rows depend on (the frame errs narrow).
+    scale = 1.0 / np.sqrt(n_public * t / float(stats.chi2.ppf(1.0 - tail, 1)))
+    return np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3)), at_floor
+
+
 def private_mode(
     density: Any,
     *,
@@ -752,22 +796,17 @@ def private_mode(
     c_h = s.kappa_hessian * whitened_hessian_scale(n_public, d)
 
     theta = np.array(init, dtype=float)
-    # Per-row values are computed and kept where the rows live (in this
-    # process, or on the workers of a sharded model); only counts and clipped
-    # sums of them come back, through the mechanisms of releases.py.
     holder = queries(density)
-    curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
-    curv = RowColumns(holder, curv_stat, 0, d)
-    tail = scale_tail(n_public, d, z_q)
-    t, at_floor = private_quantiles(rng_noise, curv, tail=tail, n_public=n_public,
-                                    rounds=s.quantile_rounds, noise_multiplier=z_q, ledger=ledger,
-                                    what="scale count")
-    del curv, curv_stat  # the rows' statistic is dropped where it lives
-    # t is an upper quantile; the mean curvature (what the frame needs) is about
-    # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1), and larger
-    # than that for coordinates only some rows depend on (the frame errs narrow).
-    scale = 1.0 / np.sqrt(n_public * t / float(stats.chi2.ppf(1.0 - tail, 1)))
-    scale = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
+    far_points: list[np.ndarray] = []
+    if s.far_rounds:
+        far_scale, far_floor = _initial_scale(holder, theta, n_public, s, zs["far scale"], rng_noise, ledger,
+                                              "far scale count")
+        far_points = far_phase(holder, density, theta, local_sd=far_scale, moving=~far_floor,
+                               n_public=n_public, rounds=s.far_rounds, multipliers=zs,
+                               max_step=s.max_step, rng_noise=rng_noise, ledger=ledger,
+                               on_round=None if trace is None else trace.append)
+        theta = far_points[-1].copy()
+    scale, at_floor = _initial_scale(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count")
     data_coordinates = ~at_floor
     frame = np.diag(scale)
     turned = False
@@ -788,7 +827,7 @@ def private_mode(
         raise ValueError("clipped_repeats must be between 1 and clip_rounds - 1")
     tail_repeats = s.clip_rounds - s.clipped_repeats if adaptive else s.clip_rounds
     radius = math.inf   # trust region of a full step, frame units (set by an overshoot)
-    path = [theta.copy()]
+    path = [np.array(init, dtype=float), *far_points[:-1], theta.copy()]
     previous: dict[str, Any] | None = None
     for k in range(s.rounds):
         stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]))

@@ -13,6 +13,8 @@ this more robust than a noisy cumulative histogram.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from stan_dp.adaptation.releases import Ledger, noisy_counts
@@ -27,7 +29,7 @@ LOG2_RANGE = (-60.0, 60.0)
 def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowColumns, *, tail: float,
                       n_public: int, rounds: int, noise_multiplier: float, ledger: Ledger,
                       what: str = "quantile count",
-                      log2_range: tuple[float, float] = LOG2_RANGE) -> tuple[np.ndarray, np.ndarray]:
+                      log2_range: tuple[Any, Any] = LOG2_RANGE) -> tuple[np.ndarray, np.ndarray]:
     """Thresholds with about ``tail * n`` rows above them, per column.
 
     Parameters
@@ -43,8 +45,8 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowCo
         Binary-search rounds (one count-vector release each).
     noise_multiplier : float
         Of each release (relative to the sensitivity ``sqrt(d)``).
-    log2_range : (float, float)
-        Search interval of ``log2 t``.
+    log2_range : (float or ndarray, float or ndarray)
+        Search interval of ``log2 t``: one for every column, or per column.
 
     Returns
     -------
@@ -55,8 +57,9 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowCo
     """
     v = columns(values)
     d = v.width
-    lo = np.full(d, float(log2_range[0]))
-    hi = np.full(d, float(log2_range[1]))
+    floor = np.broadcast_to(np.asarray(log2_range[0], dtype=float), (d,))
+    top = np.broadcast_to(np.asarray(log2_range[1], dtype=float), (d,))
+    lo, hi = floor.copy(), top.copy()
     target = tail * n_public
     for r in range(rounds):
         mid = 0.5 * (lo + hi)
@@ -64,5 +67,5 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowCo
         above = counts > target
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
-    at_floor = hi <= log2_range[0] + (log2_range[1] - log2_range[0]) / 2.0**rounds + 1e-12
+    at_floor = hi <= floor + (top - floor) / 2.0**rounds + 1e-12
     return np.exp2(0.5 * (lo + hi)), at_floor

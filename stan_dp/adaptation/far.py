@@ -1,0 +1,239 @@
+"""The far phase: sign-led steps from a start far from the posterior, before the Newton rounds.
+
+The Newton rounds of :mod:`stan_dp.adaptation.newton` measure their frame at
+the start and resolve curvature at the noise of the posterior's own frame.
+From a start far away that frame can be wrong by orders of magnitude, and
+slowly: a scale parameter started at 1 under an outcome around 100 +- 18
+(the default init puts every positive parameter at 1) sees rows whose
+curvature in ``log sigma`` is ~300 times the mode's, so the frame is 18-140
+times too narrow, the released curvature there is unresolved and floored,
+and even exact Newton moves ``log sigma`` by at most 1/2 per round from
+below (the log-likelihood is ``-n s - S exp(-2 s) / 2``).  Measured: a
+normal regression with unknown sigma and flat priors (434 rows, epsilon 4)
+ended 80 posterior sds off, unsettled (docs/adaptation.md §7).
+
+What is robust far away is the *sign* of each coordinate's gradient: when
+the start is far, nearly all rows agree on it.  So the far phase takes
+``rounds`` cheap rounds of a per-coordinate sign-led search (Rprop's rules,
+Riedmiller and Braun 1993, on released quantities):
+
+1. At the start, a private upper quantile of the per-row curvatures (the
+   statistic of the Newton rounds' initial scale) gives each coordinate's
+   curvature scale ``n c_j`` (its inverse square root, ``a_j``, is the local
+   sd).
+2. Each round releases, per coordinate, a private median ``b_j`` of
+   ``|g_ij|`` (``g_i`` the per-row log-likelihood gradient) and then the sum
+   ``v = sum_i clip(g_i / b, -1, 1)`` (each coordinate clipped at its own
+   median: a bounded, scale-free vote, row norm at most ``sqrt(d)``), to
+   which the exact prior gradient is added as ``clip(grad log prior / b, -n, n)``.
+3. A coordinate moves only where its vote is beyond :data:`SIGNIFICANCE`
+   noise sds and beyond :data:`AGREEMENT` ``n`` (most rows agree: the start
+   is far; near a mode the median-clipped vote of skewed gradients is not 0,
+   and the gate keeps the phase from walking to that vote's root).  Its
+   first move is the diagonal Newton step of the vote,
+   ``(|v_j| - 2 sd) b_j a_j^2``, divided by the number of coordinates that
+   move together (Jacobi relaxation with weight ``1/k``: the summed moves
+   of ``k`` correlated coordinates cannot overshoot further than one
+   coordinate's step would).  Afterwards the step doubles while the vote
+   keeps its sign from one round to the next, halves when it flips (and the
+   next round neither doubles nor halves: iRprop-), and stays while the
+   vote is within the gate.  The step magnitudes never again read the
+   start's curvature, which is stale once the point has moved: above the
+   mode of a Poisson intercept ``b`` grows like ``exp(eta)``, and a step
+   scaled by it ran to ``-9e5``.
+
+The phase ends where no vote passes the gate — a few to a few tens of
+posterior sds from the mode — and the Newton rounds start there with a
+frame measured there.  Its plan (:func:`far_releases`, its share
+:func:`planned_far_share`) is fixed by public facts: one quantile search,
+then per round a median search and one vote release.  Everything after a
+release is post-processing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from stan_dp.accounting import Release
+from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
+from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
+from stan_dp.aggregates import RowColumns
+from stan_dp.density import prior_gradient
+
+__all__ = ["FAR_ROUNDS", "FAR_SHARE", "far_multipliers", "far_releases", "far_phase", "planned_far_share",
+           "vote_noise_forecast"]
+
+FAR_ROUNDS = 10
+"""Default number of far rounds (``AdaptationSettings.far_rounds``)."""
+FAR_SHARE = 0.1
+"""Largest share of the adaptation budget (PLD mean) :func:`planned_far_share` gives the far phase."""
+FAR_SHARE_MIN = 0.02
+"""Smallest share :func:`planned_far_share` gives the far phase."""
+VOTE_NOISE_TARGET = 0.05
+""":func:`planned_far_share` spends what brings the vote's noise sd down to this fraction of ``n``
+(then a vote of half the :data:`AGREEMENT` gate, ``0.175 n``, is beyond :data:`SIGNIFICANCE` noise
+sds), and no more."""
+SCALE_SHARE = 0.25
+"""Share of the far phase's budget for the curvature scale at the start."""
+MEDIAN_SHARE = 0.3
+"""Share of each far round's budget for the per-coordinate medians of ``|g_ij|``."""
+FIRST_MEDIAN_ROUNDS = 7
+"""Binary-search rounds of the first median (over :data:`~stan_dp.adaptation.quantile.LOG2_RANGE`:
+about one octave)."""
+MEDIAN_ROUNDS = 4
+"""Binary-search rounds of the later medians (over :data:`MEDIAN_WINDOW` octaves either side of the
+previous one: 1.5 octaves)."""
+MEDIAN_WINDOW = 12.0
+"""Octaves either side of the previous median that a later median search covers."""
+SIGNIFICANCE = 3.0
+"""A coordinate moves only when its vote is beyond this many noise sds."""
+GROWTH = 2.0
+AGREEMENT = 0.35
+"""A coordinate moves only when its vote is beyond ``AGREEMENT * n`` too: most rows agree on its
+direction, the start is far.  Near a mode the median-clipped vote is not 0 where skewed per-row
+gradients are clipped (a logistic regression's: 0.14-0.24 n at its exact mode, n = 5000): at 0.25
+one of four seeds walked 17 posterior sds away from a start at the mode, at 0.35 none did."""
+"""Step factor while a coordinate's vote keeps its sign (its inverse when the sign flips)."""
+
+
+def far_multipliers(pld_far: float, rounds: int, quantile_rounds: int) -> dict[str, float]:
+    """Noise multipliers of the far phase's releases for its PLD-mean budget ``pld_far`` (public).
+
+    ``SCALE_SHARE`` of it for the curvature scale (``quantile_rounds`` count
+    releases), the rest equally over ``rounds`` rounds; in each,
+    ``MEDIAN_SHARE`` for the median search and the remainder for the vote.
+    """
+    if rounds < 1 or not pld_far > 0.0:
+        raise ValueError("the far phase needs at least one round and a positive budget")
+    m_round = (1.0 - SCALE_SHARE) * pld_far / rounds
+    m_median = MEDIAN_SHARE * m_round
+    return {
+        "far scale": math.sqrt(quantile_rounds / (2.0 * SCALE_SHARE * pld_far)),
+        "far first median": math.sqrt(FIRST_MEDIAN_ROUNDS / (2.0 * m_median)),
+        "far median": math.sqrt(MEDIAN_ROUNDS / (2.0 * m_median)),
+        "far vote": 1.0 / math.sqrt(2.0 * (1.0 - MEDIAN_SHARE) * m_round),
+    }
+
+
+def vote_noise_forecast(share: float, n_public: int, dim: int, pld_mean: float, rounds: int) -> float:
+    """The sd of one far round's vote release as a fraction of ``n`` at budget share ``share`` (public).
+
+    The vote's rows have L2 norm at most ``sqrt(d)``; its noise sd is
+    ``k sqrt(d) z_vote`` with ``k = 2`` (replace-one, the larger sensitivity).
+    """
+    z = far_multipliers(share * pld_mean, rounds, 1)["far vote"]
+    return 2.0 * math.sqrt(dim) * z / n_public
+
+
+def planned_far_share(n_public: int, dim: int, pld_mean: float, rounds: int) -> float:
+    """The far phase's share of the adaptation budget: :data:`FAR_SHARE`, cut where less will do (public).
+
+    The vote's noise goes like ``1 / sqrt(share)``; the share is cut until
+    :func:`vote_noise_forecast` is :data:`VOTE_NOISE_TARGET`, within
+    ``[FAR_SHARE_MIN, FAR_SHARE]``.  Where the rows are many the votes are
+    resolved cheaply and the rest goes to the Newton rounds (a D = 10 logistic
+    regression at n = 1e4: 0.046 at epsilon = 1, the floor at epsilon = 4); at
+    434 rows, epsilon = 4 (noise 0.14 n at the full share) nothing is cut.
+    """
+    noise = vote_noise_forecast(FAR_SHARE, n_public, dim, pld_mean, rounds)
+    return float(min(FAR_SHARE, max(FAR_SHARE_MIN, FAR_SHARE * (noise / VOTE_NOISE_TARGET) ** 2)))
+
+
+def far_releases(pld_far: float, rounds: int, quantile_rounds: int) -> list[Release]:
+    """The far phase's releases as accounting lines (data-independent)."""
+    z = far_multipliers(pld_far, rounds, quantile_rounds)
+    later = [Release(z["far median"], MEDIAN_ROUNDS * (rounds - 1))] if rounds > 1 else []
+    return [Release(z["far scale"], quantile_rounds), Release(z["far first median"], FIRST_MEDIAN_ROUNDS),
+            *later, Release(z["far vote"], rounds)]
+
+
+def _abs_gradient_rows(density: Any, theta: np.ndarray) -> np.ndarray:
+    """Per-row ``|d loglik_i / d theta|`` (shape ``(n, d)``), non-finite entries as ``+inf``."""
+    _, grads = density.row_log_lik_grad(theta)
+    g = np.abs(np.asarray(grads, dtype=float).reshape(-1, theta.size))
+    return np.where(np.isnan(g), np.inf, g)
+
+
+def _vote_rows(density: Any, theta: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per-row ``clip(g_i / bounds, -1, 1)`` (shape ``(n, d)``; NaN entries 0): L2 norm at most ``sqrt(d)``."""
+    _, grads = density.row_log_lik_grad(theta)
+    with np.errstate(all="ignore"):
+        v = np.clip(np.asarray(grads, dtype=float).reshape(-1, theta.size) / bounds, -1.0, 1.0)
+    return np.where(np.isnan(v), 0.0, v)
+
+
+def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndarray, moving: np.ndarray,
+              n_public: int, rounds: int, multipliers: dict[str, float], max_step: float,
+              rng_noise: np.random.Generator, ledger: Ledger,
+              on_round: Callable[[dict[str, Any]], None] | None = None) -> list[np.ndarray]:
+    """Run the far rounds from ``theta``; return the points visited after it (post-processing).
+
+    Parameters
+    ----------
+    holder : AggregateDensity
+        Where the rows live (:func:`stan_dp.aggregates.queries`).
+    density : RowDensity
+        For the exact prior gradient (public).
+    theta : ndarray
+        Start (unconstrained, data-independent).
+    local_sd : ndarray
+        ``a_j``: the released curvature scale at the start (``1 / sqrt(n c_j)``).
+    moving : ndarray of bool
+        Coordinates the rows depend on (their scale was found); the others stay.
+    multipliers : dict
+        :func:`far_multipliers` of the phase's budget.
+    max_step : float
+        Public cap on any coordinate's move in one round.
+    on_round : callable, optional
+        Called with each round's released quantities (for traces).
+    """
+    d = theta.size
+    theta = np.array(theta, dtype=float)
+    moving = np.asarray(moving, dtype=bool)
+    sqrt_d = math.sqrt(d)
+    step = np.zeros(d)
+    last = np.zeros(d)
+    log2_median = None
+    points = []
+    for k in range(rounds):
+        stat = holder.row_statistic(_abs_gradient_rows, theta)
+        if log2_median is None:
+            b, _ = private_quantiles(rng_noise, RowColumns(holder, stat, 0, d), tail=0.5, n_public=n_public,
+                                     rounds=FIRST_MEDIAN_ROUNDS, noise_multiplier=multipliers["far first median"],
+                                     ledger=ledger, what="far first median count")
+        else:
+            window = (log2_median - MEDIAN_WINDOW, log2_median + MEDIAN_WINDOW)
+            b, _ = private_quantiles(rng_noise, RowColumns(holder, stat, 0, d), tail=0.5, n_public=n_public,
+                                     rounds=MEDIAN_ROUNDS, noise_multiplier=multipliers["far median"],
+                                     ledger=ledger, what=f"far median count, round {k}",
+                                     log2_range=window)
+        del stat
+        log2_median = np.clip(np.log2(b), *LOG2_RANGE)
+        stat = holder.row_statistic(_vote_rows, theta, b)
+        v, _ = clipped_vector_sum(rng_noise, RowColumns(holder, stat, 0, d), sqrt_d, multipliers["far vote"],
+                                  ledger, f"far vote sum, round {k}")
+        del stat
+        sd = ledger.entries[-1].noise_sd
+        # ---- post-processing of released values only ----
+        _, pg = prior_gradient(density, theta)
+        with np.errstate(all="ignore"):
+            vote = v + np.clip(np.where(np.isfinite(pg), pg, 0.0) / b, -n_public, n_public)
+        significant = moving & (np.abs(vote) > np.maximum(SIGNIFICANCE * sd, AGREEMENT * n_public))
+        sign = np.sign(vote) * significant
+        newton = np.maximum(np.abs(vote) - 2.0 * sd, 0.0) * b * local_sd**2 / max(int(significant.sum()), 1)
+        first = significant & (step == 0.0)
+        step = np.where(first, newton, step)
+        grow = significant & ~first & (sign == last)
+        shrink = significant & ~first & (sign == -last)
+        step = np.where(grow, GROWTH * step, np.where(shrink, step / GROWTH, step))
+        move = np.where(significant, sign * np.minimum(step, max_step), 0.0)
+        move = np.where(np.isfinite(move), move, 0.0)
+        last = np.where(shrink, 0.0, sign)   # after a flip, the next round neither grows nor halves
+        theta = theta + move
+        points.append(theta.copy())
+        if on_round is not None:
+            on_round({"theta": theta.copy(), "vote": vote, "vote_sd": sd, "step": step.copy(), "far": True})
+    return points

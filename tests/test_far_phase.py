@@ -1,0 +1,162 @@
+"""The far phase (stan_dp.adaptation.far): sign-led steps from a start far from the posterior.
+
+Checked here: its plan spends exactly its share of the budget (an independent
+sum over the ledger); the per-column windows of the median search find the
+medians; from a scale parameter started at 1 under data around 100 +- 18 it
+brings sigma to the right order of magnitude, and the whole search then
+settles near the exact posterior; started at the mode of a GLM it stays
+within a few posterior sds; on a ridge with an exponential link (a Poisson
+GLM with a predictor in metres) it does not run away.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import stan_dp
+from stan_dp.adaptation import far, newton
+from stan_dp.adaptation.forecast import pld_mean_budget
+from stan_dp.adaptation.quantile import private_quantiles
+from stan_dp.adaptation.releases import Ledger
+from densities import NormalMeanScale
+from test_auto import Logistic, PoissonGLM, logistic
+
+
+def _pld(releases) -> float:
+    return sum(r.count / (2.0 * r.noise_multiplier**2) for r in releases)
+
+
+@pytest.mark.parametrize("pld, rounds, quantile_rounds", [(0.04, 10, 12), (0.5, 3, 12), (2.0, 1, 7)])
+def test_the_far_plan_spends_exactly_its_share(pld, rounds, quantile_rounds):
+    plan = far.far_releases(pld, rounds, quantile_rounds)
+    assert math.isclose(_pld(plan), pld, rel_tol=1e-12)
+    # the scale search gets SCALE_SHARE, the medians MEDIAN_SHARE of each round (first round's
+    # 7 counts and the later rounds' 4 at the same per-round budget)
+    z = far.far_multipliers(pld, rounds, quantile_rounds)
+    assert math.isclose(quantile_rounds / (2 * z["far scale"] ** 2), far.SCALE_SHARE * pld)
+    m_round = (1 - far.SCALE_SHARE) * pld / rounds
+    assert math.isclose(far.FIRST_MEDIAN_ROUNDS / (2 * z["far first median"] ** 2), far.MEDIAN_SHARE * m_round)
+    assert math.isclose(far.MEDIAN_ROUNDS / (2 * z["far median"] ** 2), far.MEDIAN_SHARE * m_round)
+    assert math.isclose(1 / (2 * z["far vote"] ** 2), (1 - far.MEDIAN_SHARE) * m_round)
+
+
+def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_and_matches_the_ledger():
+    model = logistic(2000, 0, False)
+    pld = pld_mean_budget(2.0, 1e-5)
+    settings = newton.AdaptationSettings(adaptive_clip=False)
+    plan = newton.adaptation_releases(pld, settings, model.n_rows, model.dim)
+    assert math.isclose(_pld(plan), pld, rel_tol=1e-9)
+    with np.errstate(all="ignore"):
+        result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld, relation="replace_one",
+                                     rng_noise=np.random.default_rng(1), init=np.zeros(model.dim),
+                                     settings=settings)
+    made = sorted(round(e.noise_multiplier, 9) for e in result.ledger.entries)
+    planned = sorted(round(r.noise_multiplier, 9) for r in plan for _ in range(r.count))
+    assert made == planned
+    kinds = {e.what.split(",")[0] for e in result.ledger.entries}
+    assert {"far scale count", "far first median count", "far median count", "far vote sum"} <= kinds
+    # far_rounds=0 leaves the phase out of the plan and of the ledger
+    off = newton.adaptation_releases(pld, settings._replace(far_rounds=0), model.n_rows, model.dim)
+    assert math.isclose(_pld(off), pld, rel_tol=1e-9) and len(off) == len(plan) - 4
+
+
+def test_median_search_windows_are_per_column():
+    rng = np.random.default_rng(0)
+    values = np.abs(rng.normal(size=(4000, 3))) * np.array([1e-6, 1.0, 1e5])
+    exact = np.median(values, axis=0)
+    centre = np.log2(exact) + np.array([3.0, -5.0, 7.0])   # windows off-centre, but covering
+    ledger = Ledger("replace_one")
+    found, at_floor = private_quantiles(np.random.default_rng(1), values, tail=0.5, n_public=4000,
+                                        rounds=12, noise_multiplier=1e-3, ledger=ledger,
+                                        log2_range=(centre - 12.0, centre + 12.0))
+    # 12 halvings of 24 octaves: resolution 2^-7.4 octaves; the count noise is ~0.002 rows
+    assert not at_floor.any()
+    np.testing.assert_allclose(np.log2(found), np.log2(exact), atol=0.02)
+    # a window that lies wholly above a column ends at its floor, and says so
+    _, at_floor = private_quantiles(np.random.default_rng(1), values, tail=0.5, n_public=4000,
+                                    rounds=8, noise_multiplier=1e-3, ledger=ledger,
+                                    log2_range=(np.log2(exact) + 4.0, np.log2(exact) + 20.0))
+    assert at_floor.all()
+
+
+def _far_points(model, init, pld, seed=1):
+    trace: list[dict] = []
+    with np.errstate(all="ignore"):
+        result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld, relation="replace_one",
+                                     rng_noise=np.random.default_rng(seed), init=init,
+                                     settings=newton.AdaptationSettings(adaptive_clip=False), trace=trace)
+    points = np.array([t["theta"] for t in trace if t.get("far")])
+    assert len(points) == far.FAR_ROUNDS
+    np.testing.assert_allclose(result.path[1:far.FAR_ROUNDS + 1], points)
+    return points, result
+
+
+def test_a_scale_from_far_below_reaches_its_order_of_magnitude_and_the_search_settles():
+    """500 rows around 100 +- 18, sigma started at 1 (the default init).  Without the far phase the
+    Newton rounds ended 69-95 posterior sds off in log sigma, unsettled (seeds 1-3); the far phase
+    brings sigma within a factor 2 and the search then settles within a few sds (what is left is
+    log sigma's clipping bias at this n, docs/adaptation.md §3)."""
+    model = NormalMeanScale(np.random.default_rng(0).normal(100.0, 18.0, 500))
+    ref = model.reference()
+    for seed in (1, 2, 3):
+        points, result = _far_points(model, np.zeros(2), pld_mean_budget(4.0, 1e-5), seed)
+        assert abs(points[-1][1] - ref["tau"][0]) < math.log(2.0), points[-1]
+        assert result.settled
+        assert abs(result.mode[1] - ref["tau"][0]) < 5.0 * ref["tau"][1], (seed, result.mode)
+        assert abs(result.mode[0] - ref["mu"][0]) < 5.0 * ref["mu"][1], (seed, result.mode)
+
+
+def test_started_at_the_mode_the_far_phase_stays_within_a_few_posterior_sds():
+    model = logistic(5000, 3, False)
+    mode, cov = model.exact()
+    sd = np.sqrt(np.diag(cov))
+    for seed in (1, 2, 3):
+        points, _ = _far_points(model, mode, pld_mean_budget(2.0, 1e-5), seed)
+        assert np.max(np.abs(points - mode) / sd) < 5.0, seed
+
+
+def test_on_a_ridge_with_an_exponential_link_the_far_phase_does_not_run_away():
+    """A Poisson GLM with a predictor in metres around 5 km: every coordinate's diagonal Newton step
+    alone is fine, their sum overshoots along the ridge (exp of it).  The first steps are divided by
+    the number of coordinates that move together, and a flip halves: the far phase ends within
+    tens of posterior sds, finite (a step scaled by the stale start curvature ran to -9e5)."""
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(1000, 3))
+    y = rng.poisson(np.exp(1.0 + 0.3 * (z @ np.array([0.8, -0.5, 0.3]))))
+    x = z.copy()
+    x[:, 0] = 5000.0 + 1000.0 * z[:, 0]
+    model = PoissonGLM(x, y)
+    mode, cov = model.exact()
+    sd = np.sqrt(np.diag(cov))
+    for seed in (1, 2, 3):
+        points, _ = _far_points(model, np.zeros(model.dim), pld_mean_budget(4.0, 1e-5), seed)
+        assert np.all(np.isfinite(points))
+        assert np.max(np.abs(points[-1] - mode) / sd) < 100.0, (seed, (points[-1] - mode) / sd)
+
+
+@pytest.mark.parametrize("n, dim, eps", [(434, 4, 4.0), (3000, 4, 1.0), (10_000, 11, 1.0), (10_000, 11, 4.0),
+                                         (100_000, 6, 1.0)])
+def test_the_far_share_is_cut_to_what_resolves_the_votes(n, dim, eps):
+    """Recomputed from the release's definition: a vote row has norm <= sqrt(d), sensitivity 2 sqrt(d)
+    (replace-one); z_vote = 1 / sqrt(2 (1 - MEDIAN_SHARE) m_round), m_round the round's PLD mean."""
+    pld = pld_mean_budget(eps, 1e-5)
+
+    def noise(share):
+        m_round = (1 - far.SCALE_SHARE) * share * pld / far.FAR_ROUNDS
+        return 2 * math.sqrt(dim) / math.sqrt(2 * (1 - far.MEDIAN_SHARE) * m_round) / n
+
+    share = far.planned_far_share(n, dim, pld, far.FAR_ROUNDS)
+    assert math.isclose(far.vote_noise_forecast(share, n, dim, pld, far.FAR_ROUNDS), noise(share))
+    if far.FAR_SHARE_MIN < share < far.FAR_SHARE:
+        assert math.isclose(noise(share), far.VOTE_NOISE_TARGET)
+    elif share == far.FAR_SHARE:
+        assert noise(share) >= far.VOTE_NOISE_TARGET
+    else:
+        assert noise(share) <= far.VOTE_NOISE_TARGET
+    planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
+    assert planned.far_share == share
+    assert newton.planned_settings(newton.AdaptationSettings(far_rounds=0), n, dim, pld).far_share == 0.0
