@@ -3,6 +3,7 @@
 * :mod:`.forecast` — what a budget can buy, from public facts (the floor of issue 13);
 * :mod:`.releases` — the adaptation's Gaussian mechanisms and their ledger;
 * :mod:`.quantile` — private per-coordinate quantiles by binary search on noisy counts;
+* :mod:`.far` — the far phase: sign-led steps from a start far from the posterior;
 * :mod:`.newton` — private mode and curvature in a learned frame (averaged one-step estimates);
 * :mod:`.whitened` — the model seen in the learned frame;
 * :mod:`.warmup` — a chain's own warm-up (DP HMC's): the averaged gradient-ascent mode search

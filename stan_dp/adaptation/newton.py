@@ -12,6 +12,10 @@ any affine reparametrisation).
 
 Steps (every data access a Gaussian release written to the ledger):
 
+0. **Far phase** (``settings.far_rounds``, :mod:`stan_dp.adaptation.far`):
+   sign-led steps on released per-coordinate gradient votes bring a start
+   that is far from the posterior (a scale parameter at 1 under an outcome
+   around 100) to it; the steps below start where it ends.
 1. **Scale** at the initial point: a private 90th percentile ``t_j`` of the
    per-row curvatures ``|d^2 loglik_i / d theta_j^2|`` (central differences
    of the per-row gradients) for every coordinate
