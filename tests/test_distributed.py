@@ -276,12 +276,14 @@ def test_every_sampler_runs_on_shards(sharded, whole, name, kwargs, exact):
 def test_automatic_path_runs_on_shards(sharded, whole):
     # stan_dp.sample: private adaptation (row statistics kept on the shards,
     # counts and clipped sums back) and the noise-aware Gaussian; its output is
-    # a continuous function of the released sums, so it agrees to rounding.
+    # a function of the released sums, so it agrees to rounding: the shards sum in
+    # another order (1e-16 relative), and at 160 rows the search (far phase and
+    # rounds, unsettled, positions ~1e3) amplifies that to ~6e-8 relative.
     common = dict(epsilon=2.0, delta=1e-5, chains=2, draws=100, seed=3, progress=False)
     got, want = stan_dp.sample(sharded, **common), stan_dp.sample(whole, **common)
     assert got.posterior.attrs["method"] == want.posterior.attrs["method"]
     assert got.posterior.attrs["epsilon_spent"] == want.posterior.attrs["epsilon_spent"]
-    np.testing.assert_allclose(positions(got), positions(want), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(positions(got), positions(want), rtol=1e-6, atol=1e-8)
 
 
 # ------------------------------------------------------------- (c) owners
