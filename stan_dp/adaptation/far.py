@@ -72,6 +72,14 @@ FAR_SHARE = 0.1
 """Largest share of the adaptation budget (PLD mean) :func:`planned_far_share` gives the far phase."""
 FAR_SHARE_MIN = 0.02
 """Smallest share :func:`planned_far_share` gives the far phase."""
+VOTE_NOISE_LIMIT = 0.15
+""":func:`planned_far_share` leaves the far phase out (share 0) where the vote's noise sd at the full
+share would exceed this fraction of ``n``: its releases cannot be resolved there (its curvature
+scale neither: count noise ~0.8 of the vote's), and a noise-driven move of a coordinate whose scale
+is wrong is unbounded — a logistic regression with a predictor in thousands, n = 1e3, epsilon = 1
+(vote noise 0.34 n), moved that coefficient by 0.5 on a 3-sd noise vote, every row saturated, and
+the search ended 5e6 posterior sds off.  The far-start cell it is for, 434 rows at epsilon = 4
+(D = 4), forecasts 0.14 n."""
 VOTE_NOISE_TARGET = 0.05
 """:func:`planned_far_share` spends what brings the vote's noise sd down to this fraction of ``n``
 (then a vote of half the :data:`AGREEMENT` gate, ``0.175 n``, is beyond :data:`SIGNIFICANCE` noise
@@ -131,7 +139,9 @@ def vote_noise_forecast(share: float, n_public: int, dim: int, pld_mean: float, 
 def planned_far_share(n_public: int, dim: int, pld_mean: float, rounds: int) -> float:
     """The far phase's share of the adaptation budget: :data:`FAR_SHARE`, cut where less will do (public).
 
-    The vote's noise goes like ``1 / sqrt(share)``; the share is cut until
+    0 (no far phase) where :func:`vote_noise_forecast` at the full share is
+    beyond :data:`VOTE_NOISE_LIMIT`.  The vote's noise goes like
+    ``1 / sqrt(share)``; the share is cut until
     :func:`vote_noise_forecast` is :data:`VOTE_NOISE_TARGET`, within
     ``[FAR_SHARE_MIN, FAR_SHARE]``.  Where the rows are many the votes are
     resolved cheaply and the rest goes to the Newton rounds (a D = 10 logistic
@@ -139,6 +149,8 @@ def planned_far_share(n_public: int, dim: int, pld_mean: float, rounds: int) -> 
     434 rows, epsilon = 4 (noise 0.14 n at the full share) nothing is cut.
     """
     noise = vote_noise_forecast(FAR_SHARE, n_public, dim, pld_mean, rounds)
+    if noise > VOTE_NOISE_LIMIT:
+        return 0.0
     return float(min(FAR_SHARE, max(FAR_SHARE_MIN, FAR_SHARE * (noise / VOTE_NOISE_TARGET) ** 2)))
 
 

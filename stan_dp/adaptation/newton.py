@@ -152,7 +152,8 @@ class AdaptationSettings(NamedTuple):
     far_share: float | None = None
     """Share of the adaptation budget (PLD mean) for the far phase (with ``far_rounds > 0``).
     ``None``: :func:`~stan_dp.adaptation.far.planned_far_share` (at most ``FAR_SHARE`` = 0.1, cut
-    where the rows are many enough to resolve the votes with less)."""
+    where the rows are many enough to resolve the votes with less; none where they are too few to
+    resolve them at all)."""
     quantile_rounds: int = 12
     """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
     orient: bool | None = None
@@ -439,7 +440,7 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     facts (the plan).
 
     ``far_share=None`` becomes :func:`~stan_dp.adaptation.far.planned_far_share`
-    (0 without far rounds).
+    (0 without far rounds; where it is 0 the far rounds are dropped from the plan).
 
     ``orient=None`` becomes ``True`` where :func:`orientation_noise_forecast`
     is below :data:`ORIENT_NOISE_LIMIT` (n = 1e4 and up at D = 10; n = 1e3 at
@@ -460,8 +461,8 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     """
     s = settings
     if s.far_share is None:
-        s = s._replace(far_share=planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds
-                       else 0.0)
+        share = planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds else 0.0
+        s = s._replace(far_share=share, far_rounds=s.far_rounds if share > 0.0 else 0)
     if s.orient is None:
         tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
         f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
