@@ -98,12 +98,12 @@ MEDIAN_WINDOW = 12.0
 """Octaves either side of the previous median that a later median search covers."""
 SIGNIFICANCE = 3.0
 """A coordinate moves only when its vote is beyond this many noise sds."""
-GROWTH = 2.0
 AGREEMENT = 0.35
 """A coordinate moves only when its vote is beyond ``AGREEMENT * n`` too: most rows agree on its
 direction, the start is far.  Near a mode the median-clipped vote is not 0 where skewed per-row
 gradients are clipped (a logistic regression's: 0.14-0.24 n at its exact mode, n = 5000): at 0.25
 one of four seeds walked 17 posterior sds away from a start at the mode, at 0.35 none did."""
+GROWTH = 2.0
 """Step factor while a coordinate's vote keeps its sign (its inverse when the sign flips)."""
 
 
