@@ -165,3 +165,21 @@ def test_the_far_share_is_cut_to_what_resolves_the_votes(n, dim, eps):
         assert noise(share) <= far.VOTE_NOISE_TARGET
     assert planned.far_share == share and planned.far_rounds == far.FAR_ROUNDS
     assert newton.planned_settings(newton.AdaptationSettings(far_rounds=0), n, dim, pld).far_share == 0.0
+
+
+def test_vote_rows_are_bounded_and_absolute_gradients_count_nan_as_above():
+    """The vote's sensitivity k sqrt(d) needs every row within sqrt(d): entries clipped to [-1, 1]
+    per coordinate, infinite gradients at the bound, NaN at 0 (the median search counts NaN as
+    above any threshold, so a row changes each count by at most one either way)."""
+
+    class Rows:
+        def row_log_lik_grad(self, theta):
+            g = np.array([[1e300, -3.0, 0.5], [np.inf, -np.inf, np.nan], [0.0, 2.0, -0.25]])
+            return np.zeros(3), g
+
+    bounds = np.array([1.0, 2.0, 0.5])
+    v = far._vote_rows(Rows(), np.zeros(3), bounds)
+    np.testing.assert_array_equal(v, [[1.0, -1.0, 1.0], [1.0, -1.0, 0.0], [0.0, 1.0, -0.5]])
+    assert np.all(np.linalg.norm(v, axis=1) <= math.sqrt(3) + 1e-12)
+    a = far._abs_gradient_rows(Rows(), np.zeros(3))
+    assert a[1, 2] == np.inf and a[0, 1] == 3.0 and np.all(a >= 0)
