@@ -34,14 +34,8 @@ def _pld(releases) -> float:
 def test_the_far_plan_spends_exactly_its_share(pld, rounds, quantile_rounds):
     plan = far.far_releases(pld, rounds, quantile_rounds)
     assert math.isclose(_pld(plan), pld, rel_tol=1e-12)
-    # the scale search gets SCALE_SHARE, the medians MEDIAN_SHARE of each round (first round's
-    # 7 counts and the later rounds' 4 at the same per-round budget)
-    z = far.far_multipliers(pld, rounds, quantile_rounds)
-    assert math.isclose(quantile_rounds / (2 * z["far scale"] ** 2), far.SCALE_SHARE * pld)
-    m_round = (1 - far.SCALE_SHARE) * pld / rounds
-    assert math.isclose(far.FIRST_MEDIAN_ROUNDS / (2 * z["far first median"] ** 2), far.MEDIAN_SHARE * m_round)
-    assert math.isclose(far.MEDIAN_ROUNDS / (2 * z["far median"] ** 2), far.MEDIAN_SHARE * m_round)
-    assert math.isclose(1 / (2 * z["far vote"] ** 2), (1 - far.MEDIAN_SHARE) * m_round)
+    assert sum(r.count for r in plan) == (quantile_rounds + far.FIRST_MEDIAN_ROUNDS
+                                          + far.MEDIAN_ROUNDS * (rounds - 1) + rounds)
 
 
 def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_and_matches_the_ledger():
@@ -59,9 +53,44 @@ def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_an
     assert made == planned
     kinds = {e.what.split(",")[0] for e in result.ledger.entries}
     assert {"far scale count", "far first median count", "far median count", "far vote sum"} <= kinds
+    # sensitivities: a vote row has norm <= sqrt(d), so 2 sqrt(d) under replace-one; a count
+    # vector over d columns sqrt(d)
+    d = model.dim
+    for e in result.ledger.entries:
+        if e.what.startswith("far vote sum"):
+            assert math.isclose(e.sensitivity, 2.0 * math.sqrt(d))
+        elif e.what.startswith("far"):
+            assert math.isclose(e.sensitivity, math.sqrt(d))
+    far_part = sum(0.5 / e.noise_multiplier**2 for e in result.ledger.entries if e.what.startswith("far"))
+    planned = newton.planned_settings(settings, model.n_rows, d, pld)
+    assert math.isclose(far_part, planned.far_share * pld, rel_tol=1e-9)
     # far_rounds=0 leaves the phase out of the plan and of the ledger
     off = newton.adaptation_releases(pld, settings._replace(far_rounds=0), model.n_rows, model.dim)
     assert math.isclose(_pld(off), pld, rel_tol=1e-9) and len(off) == len(plan) - 4
+
+
+def test_explicit_far_settings_are_kept_or_refused():
+    model = logistic(2000, 0, False)
+    pld = pld_mean_budget(2.0, 1e-5)
+    # an explicit share is spent as given
+    explicit = newton.AdaptationSettings(adaptive_clip=False, far_share=0.07)
+    with np.errstate(all="ignore"):
+        result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld, relation="replace_one",
+                                     rng_noise=np.random.default_rng(1), init=np.zeros(model.dim),
+                                     settings=explicit)
+    far_part = sum(0.5 / e.noise_multiplier**2 for e in result.ledger.entries if e.what.startswith("far"))
+    assert math.isclose(far_part, 0.07 * pld, rel_tol=1e-9)
+    assert math.isclose(result.ledger.pld_mean(), pld, rel_tol=1e-9)
+    # a share of 0 means no far rounds, as far_rounds=0 does
+    none = newton.planned_settings(newton.AdaptationSettings(far_share=0.0), 2000, model.dim, pld)
+    assert none.far_rounds == 0
+    assert (newton.adaptation_releases(pld, newton.AdaptationSettings(far_share=0.0), 2000, model.dim)
+            == newton.adaptation_releases(pld, newton.AdaptationSettings(far_rounds=0), 2000, model.dim))
+    # without far rounds the share need not be set
+    newton.noise_multipliers(pld, newton.AdaptationSettings(rounds=8, orient=False, hessian_share=0.25,
+                                                            far_rounds=0))
+    with pytest.raises(ValueError, match="far_rounds"):
+        newton.planned_settings(newton.AdaptationSettings(far_rounds=-1), 2000, model.dim, pld)
 
 
 def test_median_search_windows_are_per_column():
@@ -153,8 +182,8 @@ def test_the_far_share_is_cut_to_what_resolves_the_votes(n, dim, eps):
     planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
     if noise(far.FAR_SHARE) > far.VOTE_NOISE_LIMIT:   # unresolvable: no far phase in the plan
         assert share == 0.0 and planned.far_share == 0.0 and planned.far_rounds == 0
-        assert not any(r.noise_multiplier == far.far_multipliers(0.1 * pld, 10, 12)["far vote"]
-                       for r in newton.adaptation_releases(pld, newton.AdaptationSettings(), n, dim))
+        assert (newton.adaptation_releases(pld, newton.AdaptationSettings(), n, dim)
+                == newton.adaptation_releases(pld, newton.AdaptationSettings(far_rounds=0), n, dim))
         return
     assert math.isclose(far.vote_noise_forecast(share, n, dim, pld, far.FAR_ROUNDS), noise(share))
     if far.FAR_SHARE_MIN < share < far.FAR_SHARE:

@@ -20,15 +20,13 @@ import pytest
 
 import stan_dp
 from stan_dp.adaptation import newton
-from stan_dp.adaptation.far import FAR_SHARE
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
 from test_auto import Logistic
 
-# forced (the default decides from public facts); the far phase's share fixed, as the plan would
-ORIENT = newton.AdaptationSettings(orient=True, far_share=FAR_SHARE)
-PLAIN = newton.AdaptationSettings(orient=False, far_share=FAR_SHARE)
+ORIENT = newton.AdaptationSettings(orient=True)    # forced (the default decides from public facts)
+PLAIN = newton.AdaptationSettings(orient=False)
 
 
 def _glm(n: int, seed: int, unstandardised: bool) -> Logistic:
@@ -50,7 +48,7 @@ def _diagonal_frame(model: Logistic) -> np.ndarray:
 
 
 def _orient(model: Logistic, frame: np.ndarray, relation: str = "replace_one", seed: int = 0):
-    settings = ORIENT._replace(rounds=10, hessian_share=newton.HESSIAN_SHARE)
+    settings = ORIENT._replace(rounds=10, hessian_share=newton.HESSIAN_SHARE, far_rounds=0)
     z = newton.noise_multipliers(pld_mean_budget(1.0, 1e-5), settings)
     ledger = Ledger(relation)
     out, turned = newton._oriented_frame(queries(model), np.zeros(model.dim), frame,
@@ -161,7 +159,7 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
         m = pld_mean_budget(eps, 1e-5)
         planned = newton.planned_settings(default, n, dim, m)
         z = newton.noise_multipliers(m, default._replace(orient=True, rounds=1, hessian_share=0.25,
-                                                          far_share=FAR_SHARE))["orientation"]
+                                                          far_rounds=0))["orientation"]
         forecast = 1.5 * 2 * z * math.sqrt(2 * dim) * dim / n
         assert math.isclose(newton.orientation_noise_forecast(default, n, dim, m), forecast)
         assert planned.orient is on and (forecast < 2 / 3) is on, (n, dim, eps, forecast)

@@ -35,12 +35,13 @@ Riedmiller and Braun 1993, on released quantities):
    move together (Jacobi relaxation with weight ``1/k``: the summed moves
    of ``k`` correlated coordinates cannot overshoot further than one
    coordinate's step would).  Afterwards the step doubles while the vote
-   keeps its sign from one round to the next, halves when it flips (and the
-   next round neither doubles nor halves: iRprop-), and stays while the
-   vote is within the gate.  The step magnitudes never again read the
-   start's curvature, which is stale once the point has moved: above the
-   mode of a Poisson intercept ``b`` grows like ``exp(eta)``, and a step
-   scaled by it ran to ``-9e5``.
+   keeps its sign from one round to the next, halves when it flips (the
+   point moves back by the halved step, and the next round neither doubles
+   nor halves, as in iRprop-, which however would not move on the flip),
+   and stays while the vote is within the gate.  Only a coordinate's first
+   move reads the start's curvature (which is stale once the point has
+   moved: above the mode of a Poisson intercept ``b`` grows like
+   ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``).
 
 The phase ends where no vote passes the gate — a few to a few tens of
 posterior sds from the mode — and the Newton rounds start there with a

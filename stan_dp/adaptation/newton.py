@@ -73,6 +73,7 @@ Steps (every data access a Gaussian release written to the ledger):
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -290,7 +291,8 @@ class AdaptationResult(NamedTuple):
     settled: bool
     """At least two trailing rounds qualified for the average."""
     path: np.ndarray
-    """The search's points ``theta_k`` (post-processing of releases)."""
+    """The search's points ``theta_k`` (post-processing of releases): the start, the far phase's
+    points (``far_rounds`` of them, when it runs), then one per Newton round."""
     prior_share: float
     """Largest share of the curvature at the mode that the prior supplies, over the coordinates
     the rows depend on (those whose initial scale was found).  Near 1 the mode is held by the
@@ -440,7 +442,8 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     facts (the plan).
 
     ``far_share=None`` becomes :func:`~stan_dp.adaptation.far.planned_far_share`
-    (0 without far rounds; where it is 0 the far rounds are dropped from the plan).
+    (0 without far rounds); where the share is 0 (planned or given) the far
+    rounds are dropped from the plan.
 
     ``orient=None`` becomes ``True`` where :func:`orientation_noise_forecast`
     is below :data:`ORIENT_NOISE_LIMIT` (n = 1e4 and up at D = 10; n = 1e3 at
@@ -460,9 +463,13 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     rounds whose noise is ``resolution`` = 1); the count is fixed before the cut.
     """
     s = settings
+    if not isinstance(s.far_rounds, numbers.Integral) or s.far_rounds < 0:
+        raise ValueError("settings.far_rounds must be a non-negative integer")
     if s.far_share is None:
         share = planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds else 0.0
-        s = s._replace(far_share=share, far_rounds=s.far_rounds if share > 0.0 else 0)
+        s = s._replace(far_share=share)
+    if s.far_share == 0.0:   # no budget, no far rounds (explicit or planned)
+        s = s._replace(far_rounds=0)
     if s.orient is None:
         tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
         f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
@@ -493,9 +500,10 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     (:func:`~stan_dp.adaptation.far.far_multipliers`).
     """
     s = settings
-    if s.rounds is None or s.orient is None or s.hessian_share is None or s.far_share is None:
-        raise ValueError("settings.rounds, settings.orient, settings.hessian_share and settings.far_share "
-                         "must be set (see planned_settings)")
+    if (s.rounds is None or s.orient is None or s.hessian_share is None
+            or (s.far_rounds and s.far_share is None)):
+        raise ValueError("settings.rounds, settings.orient, settings.hessian_share (and with far_rounds, "
+                         "settings.far_share) must be set (see planned_settings)")
     m_quantile = s.quantile_share * pld_mean
     m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
