@@ -500,10 +500,9 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     (:func:`~stan_dp.adaptation.far.far_multipliers`).
     """
     s = settings
-    if (s.rounds is None or s.orient is None or s.hessian_share is None
-            or (s.far_rounds and s.far_share is None)):
-        raise ValueError("settings.rounds, settings.orient, settings.hessian_share (and with far_rounds, "
-                         "settings.far_share) must be set (see planned_settings)")
+    if s.rounds is None or s.orient is None or s.hessian_share is None:   # far_share: rounds_share
+        raise ValueError("settings.rounds, settings.orient and settings.hessian_share must be set "
+                         "(see planned_settings)")
     m_quantile = s.quantile_share * pld_mean
     m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
@@ -840,7 +839,7 @@ def private_mode(
         raise ValueError("clipped_repeats must be between 1 and clip_rounds - 1")
     tail_repeats = s.clip_rounds - s.clipped_repeats if adaptive else s.clip_rounds
     radius = math.inf   # trust region of a full step, frame units (set by an overshoot)
-    path = [np.array(init, dtype=float), *far_points[:-1], theta.copy()]
+    path = [np.array(init, dtype=float), *far_points]   # ends at theta, where the rounds start
     previous: dict[str, Any] | None = None
     for k in range(s.rounds):
         stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]))
