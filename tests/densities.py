@@ -284,3 +284,57 @@ class VaryingIntercept:
             h = 0.5 * (h + h.T)
             th = th + np.linalg.solve(h, total_grad(th))
         return th, np.linalg.inv(h)
+
+
+class NormalRegression:
+    """``y_i ~ N(x_i . beta, sigma^2)`` with flat priors on ``beta`` and on ``sigma > 0``.
+
+    Written as Stan writes ``real<lower=0> sigma;`` with no prior: the
+    unconstrained coordinate is ``log sigma`` and the prior part is its
+    Jacobian, ``log sigma``.  :meth:`exact` gives the posterior means and sds
+    in closed form: ``beta`` is multivariate t around the least-squares fit
+    with ``nu = n - p - 1`` degrees of freedom, and ``u = RSS exp(-2 log sigma) / 2``
+    is ``Gamma((n - p - 1) / 2)``.
+    """
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = np.asarray(x, float), np.asarray(y, float)
+        self.n_rows, self.p = self.x.shape
+        self.dim = self.p + 1
+        self.param_names = [f"beta[{k + 1}]" for k in range(self.p)] + ["log_sigma"]
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        return float(theta[-1])
+
+    def log_prior_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        g = np.zeros(self.dim)
+        g[-1] = 1.0
+        return self.log_prior(theta), g
+
+    def row_log_lik(self, theta, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        r = self.y[idx] - self.x[idx] @ theta[:-1]
+        return -0.5 * r * r * np.exp(-2.0 * theta[-1]) - theta[-1] - 0.5 * LOG_2PI
+
+    def row_log_lik_grad(self, theta, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        r = self.y[idx] - self.x[idx] @ theta[:-1]
+        e = np.exp(-2.0 * theta[-1])
+        grad = np.column_stack([self.x[idx] * (r * e)[:, None], r * r * e - 1.0])
+        return self.row_log_lik(theta, rows), grad
+
+    def constrain(self, theta):
+        return {"beta": np.asarray(theta[:-1]), "log_sigma": np.asarray(theta[-1])}
+
+    def exact(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior means and sds of ``(beta, log sigma)``."""
+        from scipy import special
+
+        beta, *_ = np.linalg.lstsq(self.x, self.y, rcond=None)
+        rss = float(np.sum((self.y - self.x @ beta) ** 2))
+        nu = self.n_rows - self.p - 1
+        sd_beta = np.sqrt(rss / nu * np.diag(np.linalg.inv(self.x.T @ self.x)) * nu / (nu - 2))
+        k = nu / 2.0
+        mean_t = 0.5 * (np.log(rss / 2.0) - special.digamma(k))
+        sd_t = 0.5 * np.sqrt(special.polygamma(1, k))
+        return np.append(beta, mean_t), np.append(sd_beta, sd_t)

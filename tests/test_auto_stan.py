@@ -63,8 +63,12 @@ def test_flat_prior_scale_with_a_predictor_in_metres(compiled):
 def test_a_scale_started_far_below_is_reached_and_named_when_the_far_phase_is_off(compiled):
     """434 rows of an outcome around 100 with residual sd 18 (kidiq's size): the default start puts
     sigma at 1.  The far phase brings it to the posterior; without it (``far_rounds=0``) the Newton
-    rounds do not get there, the run names sigma, still moving, and an ``init`` dict that sets only
-    sigma (public: the outcome's scale) brings it within a few sds."""
+    rounds do not get there and the run says its search did not settle, and an ``init`` dict that
+    sets only sigma (public: the outcome's scale) brings it within a few sds.  (Before the gain cap
+    of the Newton steps the unsettled run also named sigma as still moving one way; capped, its
+    steps from sigma = 1 gain at most 100 nats per row and no longer walk one way for three rounds
+    — seeds 1-3 end at sigma 0.94-0.97, 28 sds off, warned.  Naming is tested in
+    ``test_far_start.py``.)"""
     n = 434
     rng = np.random.default_rng(0)
     x = rng.normal(size=n)
@@ -79,7 +83,7 @@ def test_a_scale_started_far_below_is_reached_and_named_when_the_far_phase_is_of
     alone = AdaptationSettings(far_rounds=0)
     far, warned = _fit(model, seed=1, settings=alone)
     assert not far.attrs["search_settled"]
-    assert "sigma " in far.attrs["still_moving"] and any("sigma " in w for w in warned)
+    assert any(w.startswith("the private mode search did not settle") for w in warned), warned
     assert abs(float(far.posterior["sigma"].mean()) - s) > 20 * s_sd    # 28 sds: still near 1
     near, _ = _fit(model, seed=1, init={"sigma": 20.0}, settings=alone)
     assert near.attrs["still_moving"] == ""
