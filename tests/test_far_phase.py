@@ -127,13 +127,14 @@ def _far_points(model, init, pld, seed=1):
 def test_a_scale_from_far_below_reaches_its_order_of_magnitude_and_the_search_settles():
     """500 rows around 100 +- 18, sigma started at 1 (the default init).  Without the far phase the
     Newton rounds ended 69-95 posterior sds off in log sigma, unsettled (seeds 1-3); the far phase
-    brings sigma within a factor 2 and the search then settles within a few sds (what is left is
-    log sigma's clipping bias at this n, docs/adaptation.md §3)."""
+    brings sigma within a factor e (over seeds 1-24: at most 0.78 in log sigma, 5 of them beyond
+    a factor 2) and the search then settles within a few sds (all 24; what is left is log sigma's
+    clipping bias at this n, docs/adaptation.md §3)."""
     model = NormalMeanScale(np.random.default_rng(0).normal(100.0, 18.0, 500))
     ref = model.reference()
     for seed in (1, 2, 3):
         points, result = _far_points(model, np.zeros(2), pld_mean_budget(4.0, 1e-5), seed)
-        assert abs(points[-1][1] - ref["tau"][0]) < math.log(2.0), points[-1]
+        assert abs(points[-1][1] - ref["tau"][0]) < 1.0, points[-1]
         assert result.settled
         assert abs(result.mode[1] - ref["tau"][0]) < 5.0 * ref["tau"][1], (seed, result.mode)
         assert abs(result.mode[0] - ref["mu"][0]) < 5.0 * ref["mu"][1], (seed, result.mode)

@@ -3,9 +3,10 @@
 A Newton round's step along eigen-direction ``q_k`` of the released
 curvature, ``du_k = (q_kᵀ g) / lam_k``, raises the summed log-likelihood by
 ``(q_kᵀ g)^2 / lam_k`` to first order.  Where the initial frame is wrong by
-decades (a binary predictor rarer than the initial scale's tail has a
-per-row curvature quantile near 0, so its frame is far too wide, and the
-release cannot resolve the curvature), that step is decades too long.
+decades and the release cannot resolve the curvature, that step is decades
+too long: a binary predictor whose count of depending rows the initial
+scale cannot resolve gets scale 1 (about 20 times too wide at n = 1e3),
+and the search's steps then run sigma out of range.
 Flooring ``lam_k`` at ``(q_kᵀ g)^2 / (step_gain n)`` caps the gain at
 ``step_gain`` nats per row (growing 4-fold after every step not taken back).
 """
@@ -61,21 +62,30 @@ def _fit(model, eps, seed, **settings):
                               draws=200, settings=AdaptationSettings(**settings))
 
 
-@pytest.mark.parametrize("seed", [0, 6])
-def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(seed):
-    # n = 1000, epsilon = 1: the initial scale's tail (0.5) is above the predictor's 40 %.
-    # Without the cap the first Newton round moved log sigma by tens of e-folds (measured:
-    # sigma 1e59 and 6e20); with it sigma stays on its scale.  What is left (the frame of
-    # ``male`` stays too wide: its coefficient is still far off) is warned.
-    model = _earnings_like(1000, seed)
-    mean, sd = model.exact()
-    sigma = math.exp(mean[-1])
-    uncapped = _fit(model, 1.0, seed, step_gain=math.inf)
-    assert float(np.exp(uncapped.posterior["log_sigma"].values.mean())) > 1e6 * sigma
-    capped = _fit(model, 1.0, seed)
-    est = float(np.exp(capped.posterior["log_sigma"].values.mean()))
-    assert sigma / 2 < est < 2 * sigma
-    assert capped.attrs["warnings"]
+def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range():
+    # n = 1000, epsilon = 1: the count noise forces the initial scale's tail to 0.5, and the count
+    # of the rows that depend on ``male`` is often unresolved (its scale is then 1, ~20 times too
+    # wide; tests/test_initial_scale.py).  Over 32 seeds without the cap sigma ended at 0.26 to
+    # inf times its posterior mean in 5 and 7 runs ended beyond 1e3 posterior sds; with it sigma
+    # stayed within 1.07-1.71 times and 2 runs ended beyond 1e3 (the coefficient of ``male``).
+    sigma_ratio, worst = {}, {}
+    for gain in (math.inf, 100.0):
+        ratios, errors = [], []
+        for seed in range(32):
+            model = _earnings_like(1000, seed)
+            mean, sd = model.exact()
+            fit = _fit(model, 1.0, seed, step_gain=gain)
+            est = np.r_[fit.posterior["beta"].values.reshape(-1, 3).mean(axis=0),
+                        fit.posterior["log_sigma"].values.mean()]
+            with np.errstate(over="ignore"):
+                ratios.append(float(np.exp(est[-1] - mean[-1])))
+            errors.append(float(np.max(np.abs(est - mean) / sd)))
+            assert fit.attrs["warnings"]   # n = 1e3, epsilon = 1: the forecast warns, always
+        sigma_ratio[gain], worst[gain] = np.array(ratios), np.array(errors)
+    assert np.sum((sigma_ratio[math.inf] < 0.5) | (sigma_ratio[math.inf] > 2.0)) >= 3
+    assert np.all((sigma_ratio[100.0] > 0.5) & (sigma_ratio[100.0] < 2.0)), sigma_ratio[100.0]
+    assert np.sum(worst[math.inf] > 1e3) >= 5
+    assert np.sum(worst[100.0] > 1e3) <= 3, worst[100.0]
 
 
 def test_the_cap_is_inert_where_the_start_is_within_reach():

@@ -83,7 +83,7 @@ from scipy import stats
 from stan_dp.accounting import Release, sensitivity_factor
 from stan_dp.adaptation.far import FAR_ROUNDS, far_multipliers, far_phase, far_releases, planned_far_share
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
-from stan_dp.adaptation.quantile import private_quantiles
+from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
 from stan_dp.aggregates import RowColumns, queries
 from stan_dp.density import prior_gradient
@@ -105,6 +105,14 @@ SCALE_TAIL = 0.1
 up the tail when the count noise demands it: :func:`scale_tail`)."""
 
 
+SCALE_TAIL_SDS = 3.7
+"""The initial scale's quantile search targets at least this many count-noise sds of rows
+(:func:`scale_tail`)."""
+DEPENDING_SDS = 3.0
+"""A coordinate counts as depending on the rows (:func:`_initial_scale`) only where its released
+count of depending rows is beyond this many noise sds."""
+
+
 def scale_tail(n_public: int, dim: int, noise_multiplier: float) -> float:
     """Tail fraction of the initial scale search: at least 3.7 count-noise sds of rows.
 
@@ -115,7 +123,7 @@ def scale_tail(n_public: int, dim: int, noise_multiplier: float) -> float:
     ``1e-4`` per round.  Public.
     """
     sd = noise_multiplier * math.sqrt(dim)
-    return float(min(0.5, max(SCALE_TAIL, 3.7 * sd / n_public)))
+    return float(min(0.5, max(SCALE_TAIL, SCALE_TAIL_SDS * sd / n_public)))
 
 
 NOISE_SPECTRAL_FACTOR = 1.5
@@ -199,11 +207,13 @@ class AdaptationSettings(NamedTuple):
     that was not taken back.  A Newton step in the released frame ``du = Q diag(1/lam) Qᵀ g``
     changes the summed log-likelihood by ``gᵀ du`` to first order; per row that is
     parametrisation-free, ~1 for a GLM started at 0 (``|eta| <~ 2``) and ``k^2`` for a
-    location ``k`` per-row sds away.  Where the frame is wrong by decades (a binary predictor
-    rarer than the initial scale's tail: its per-row curvature quantile is ~0, its frame 1e4
-    times too wide) the unresolved step is decades too long: measured, a normal regression
-    with ``male`` (40 %) and flat priors, n = 1059, epsilon = 1, moved ``b_male`` to 1e9 and
-    ``sigma`` to 0 in one round and ended 1.5e10 posterior sds off."""
+    location ``k`` per-row sds away.  Where the frame is wrong by decades the unresolved step
+    is decades too long: a normal regression with ``male`` (40 %) and flat priors, n = 1059,
+    epsilon = 1, moved ``b_male`` to 1e9 and ``sigma`` to 0 in one round (1.5e10 posterior sds
+    off) when the initial scale took its tail of all rows; with the count of depending rows
+    (:func:`_initial_scale`) that coordinate's scale is often 1 (its count unresolved, ~20 times
+    too wide) and without the cap sigma still ended 0.26 to inf times its posterior mean in 5 of
+    32 NumPy seeds (none with it; ``tests/test_step_gain.py``)."""
     collapse: float = 0.01
     """A round whose released curvature trace falls below ``collapse * d`` (and below its
     noise) after a full step counts as a collapse: the step is taken back."""
@@ -476,6 +486,9 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     s = settings
     if not isinstance(s.far_rounds, numbers.Integral) or s.far_rounds < 0:
         raise ValueError("settings.far_rounds must be a non-negative integer")
+    if not isinstance(s.quantile_rounds, numbers.Integral) or s.quantile_rounds < 2:
+        raise ValueError("settings.quantile_rounds must be an integer of at least 2 (one count of the rows "
+                         "each coordinate depends on, then the quantile search)")
     if s.far_share is None:
         share = planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds else 0.0
         s = s._replace(far_share=share)
@@ -770,22 +783,48 @@ def _gain_floor(lam: np.ndarray, q: np.ndarray, grad: np.ndarray,
 def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
                    rng_noise: np.random.Generator, ledger: Ledger, what: str) -> tuple[np.ndarray, np.ndarray]:
     """The local sd of every coordinate at ``theta`` from a private upper quantile of the per-row
-    curvatures (step 1 of :func:`private_mode`), and the coordinates whose search ended at the floor
-    (most rows do not depend on them; their scale is 1)."""
+    curvatures (step 1 of :func:`private_mode`), and the coordinates no significant number of rows
+    depends on (their scale is 1).
+
+    The first of ``s.quantile_rounds`` count releases counts, per coordinate,
+    the rows ``m_j`` whose curvature is above the search range's floor (the
+    rows that depend on it); the others search the quantile among those rows:
+    a fraction ``SCALE_TAIL`` of them, at least 3.7 count-noise sds of rows
+    (:func:`scale_tail`'s reason), at most half of them.  A tail taken of all
+    ``n`` rows instead finds ~0 for a coordinate that fewer rows depend on
+    than the tail (a binary predictor at 40 % against the tail of 0.5 the
+    count noise forces at n = 1e3, epsilon = 1): a frame 1e4 times too wide.
+    The frame still divides by all ``n`` rows (as if every row depended on
+    the coordinate), so for a sparse one it errs narrow, the safe side.  A
+    coordinate whose count of depending rows is within
+    :data:`DEPENDING_SDS` noise sds of 0 is at the floor (scale 1).
+    """
     d = theta.size
     # Per-row values are computed and kept where the rows live (in this
     # process, or on the workers of a sharded model); only counts and clipped
     # sums of them come back, through the mechanisms of releases.py.
     curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
-    tail = scale_tail(n_public, d, z)
-    t, at_floor = private_quantiles(rng_noise, RowColumns(holder, curv_stat, 0, d), tail=tail,
-                                    n_public=n_public, rounds=s.quantile_rounds, noise_multiplier=z,
-                                    ledger=ledger, what=what)
-    del curv_stat  # the rows' statistic is dropped where it lives
-    # t is an upper quantile; the mean curvature (what the frame needs) is about
-    # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1), and larger
-    # than that for coordinates only some rows depend on (the frame errs narrow).
-    scale = 1.0 / np.sqrt(n_public * t / float(stats.chi2.ppf(1.0 - tail, 1)))
+    cols = RowColumns(holder, curv_stat, 0, d)
+    depending = noisy_counts(rng_noise, cols, np.full(d, 2.0 ** LOG2_RANGE[0]), z, ledger,
+                             f"{what}, rows depending")
+    # ---- post-processing of the released counts ----
+    count_sd = z * math.sqrt(d)
+    m = np.clip(depending, 1.0, float(n_public))
+    target = np.minimum(np.maximum(SCALE_TAIL * m, SCALE_TAIL_SDS * count_sd), 0.5 * m)
+    t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
+                                    rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
+                                    what=what)
+    del curv_stat, cols  # the rows' statistic is dropped where it lives
+    at_floor = at_floor | (depending < DEPENDING_SDS * count_sd)
+    # t is an upper quantile of the depending rows' curvatures; their mean is about
+    # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1).  The frame takes it over all
+    # n rows, as if every row depended on the coordinate: for one that only m_j rows depend on it
+    # errs narrow by sqrt(m_j / n) (safe: steps short), where m_j would make a point mass (a binary
+    # predictor, curvature 1 on its rows) 1.65 times too wide (tried: 3 of 24 seeds of a regression
+    # with a 40 % binary predictor ended 60-375 posterior sds off at n = 1059, epsilon = 4, against
+    # at most 7.9 before; with n, 2 of 64 beyond 20, as before)
+    tail = target / m
+    scale = 1.0 / np.sqrt(n_public * t / stats.chi2.ppf(1.0 - tail, 1))
     return np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3)), at_floor
 
 

@@ -37,8 +37,8 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowCo
     values : ndarray, shape (n, d), or RowColumns
         Per-row non-negative values (read: private), in this process or a
         view of rows held elsewhere (:class:`~stan_dp.aggregates.RowColumns`).
-    tail : float
-        Target fraction of rows above the threshold.
+    tail : float or ndarray
+        Target fraction of rows above the threshold (one for every column, or per column).
     n_public : int
         Public row count used for the target.
     rounds : int

@@ -1,0 +1,78 @@
+"""The initial scale: a private upper quantile of the per-row curvatures among the rows that depend
+on each coordinate (:func:`stan_dp.adaptation.newton._initial_scale`).
+
+Its first count release counts, per coordinate, the rows whose curvature is not 0; the quantile
+search then takes its tail of those rows.  Taken of all ``n`` rows, the tail finds ~0 for a
+coordinate that fewer rows depend on than the tail — a binary predictor at 40 % against the tail of
+0.5 that the count noise forces at n = 1e3, epsilon = 1 — and the frame is 1e4 times too wide.
+The yardstick here is exact: in a normal regression with sigma = 1 the per-row curvature of
+``beta_j`` is ``x_ij^2``, so the posterior sd at the start is ``1 / sqrt(sum_i x_ij^2)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stan_dp.adaptation import AdaptationSettings, newton
+from stan_dp.adaptation.releases import Ledger
+from stan_dp.aggregates import queries
+from densities import NormalRegression
+
+N = 1000
+
+
+def _model(seed: int) -> NormalRegression:
+    rng = np.random.default_rng(seed)
+    male = rng.binomial(1, 0.4, N).astype(float)       # 40 % of the rows depend on its coefficient
+    rare = (rng.random(N) < 0.05).astype(float)          # 5 %
+    x = np.column_stack([np.ones(N), rng.normal(66, 4, N), male, rare, np.zeros(N)])
+    y = x[:, :4] @ np.array([5.8, 0.06, 0.4, 0.3]) + rng.normal(0, 1, N)
+    return NormalRegression(x, y)
+
+
+def _ratios(seed: int, z: float) -> tuple[np.ndarray, np.ndarray, Ledger]:
+    model = _model(seed)
+    ledger = Ledger("replace_one")
+    scale, at_floor = newton._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(), z,
+                                            np.random.default_rng(seed), ledger, "scale count")
+    with np.errstate(divide="ignore"):
+        truth = 1.0 / np.sqrt(np.sum(model.x**2, axis=0))   # beta's sd at sigma = 1
+    return scale[:4] / truth[:4], at_floor, ledger
+
+
+def test_a_binary_predictor_rarer_than_the_tail_gets_a_scale_on_its_order():
+    # z = 40: count noise sd 98 rows (d = 6), tail 0.36 of n (360 rows) against 400 depending rows.
+    # Taken of all rows (the previous rule) 10 of these 12 seeds gave 33-2e4 times the truth (8 of
+    # them beyond 1e3: the clip of the scale at 1e3); now 7 are at 0.42-0.44 (narrow by
+    # sqrt(chi2_1(0.5) * 0.4): the frame counts all n rows), 4 at the floor (scale 1: ~20 times;
+    # the count of depending rows unresolved) and 1 at the clip.  What is left is the bisection's
+    # own noise: a false count below the target at a threshold under the rows' curvature (2 noise
+    # sds away, 2 % a round) sends the search down by decades.
+    male = np.array([_ratios(seed, 40.0)[0][2] for seed in range(12)])
+    assert np.sum((male > 0.3) & (male < 1.0)) >= 6, male
+    assert np.sum(male > 1e3) <= 2, male
+    # z = 70: noise sd 171, the tail forced to 0.5 of n (more rows than depend on it).  The
+    # previous rule: 11 of 12 seeds at 1.2e4-2e4.  Now mostly the floor (~20), 2 at the clip.
+    male = np.array([_ratios(seed, 70.0)[0][2] for seed in range(12)])
+    assert np.sum(male > 1e3) <= 3, male
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_coordinate_few_rows_depend_on_is_found_and_one_none_depend_on_is_at_the_floor(seed):
+    # z = 3: noise sd 7 rows, so 50 rows (5 %) are resolved; the previous rule's tail of 10 % of
+    # all rows put that coordinate at the floor (scale 1, about 7 times its sd).  Its frame errs
+    # narrow (0.15-0.21: the frame counts all n rows, as if every row depended on it), the safe
+    # side; the dense coordinates are where they were (1.05-1.66: the chi2_1 rule of GLM rows)
+    ratios, at_floor, ledger = _ratios(seed, 3.0)
+    assert not at_floor[:4].any() and at_floor[4]
+    assert np.all((ratios[:3] > 0.5) & (ratios[:3] < 2.0)), ratios
+    assert 0.1 < ratios[3] < 1.0, ratios
+    # the plan is unchanged: quantile_rounds count releases, the first of the depending rows
+    assert len(ledger.entries) == AdaptationSettings().quantile_rounds
+    assert ledger.entries[0].what == "scale count, rows depending"
+
+
+def test_fewer_than_two_quantile_rounds_are_refused():
+    with pytest.raises(ValueError, match="quantile_rounds"):
+        newton.planned_settings(AdaptationSettings(quantile_rounds=1), 1000, 3, 1.0)
