@@ -1,0 +1,190 @@
+"""Private fits of published-style Stan models against NUTS: an audit for silent and absurd misses.
+
+The utility table (``benchmarks/utility.py``) holds two GLMs fixed; this script
+runs Stan programs as Gelman and Hill or the rstanarm vignettes write them,
+with data simulated on their own scales (no standardising), through
+``stan_dp.sample`` with no knobs, and against ``stan_dp.reference_fit``:
+
+* ``wells``: logistic regression on a distance in metres and an arsenic
+  level, no priors;
+* ``earnings``: log earnings on height in inches and ``male`` (40 %), flat
+  priors, ``sigma`` unknown;
+* ``roaches``: negative binomial with an exposure offset, a skewed
+  pre-treatment count, ``treatment`` (60 %) and ``senior`` (30 %);
+* ``student``: Student-t regression with unknown ``nu`` and ``sigma``;
+* ``radon``: a varying intercept over 20 counties, half-Cauchy scales.
+
+For every run it prints the worst |mean error| in reference sds (and which
+parameter), the information floor and target of issue 13
+(``max(3 floor, 0.5)``), and ``ok`` (met), ``warned`` (missed, with a
+``stan_dp.UtilityWarning``) or ``SILENT`` (missed without one: a defect).
+The floor reads the raw rows: a yardstick only, never private.
+
+Usage: ``python benchmarks/published_models.py [--models wells earnings ...]
+[--n 1059 ...] [--epsilons 1 4] [--seeds 0 1]`` (``--n`` overrides every
+model's own row count).  Measured figures: docs/adaptation.md §7, "Rare
+binary predictors".
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+
+import stan_dp
+from stan_dp.information_floor import information_floor
+
+WELLS = """
+data { int<lower=0> N; vector[N] dist; vector[N] arsenic; array[N] int<lower=0, upper=1> switched; }
+parameters { real alpha; real b_dist; real b_arsenic; }
+model { switched ~ bernoulli_logit(alpha + b_dist * dist + b_arsenic * arsenic); }
+"""
+
+EARNINGS = """
+data { int<lower=0> N; vector[N] height; vector[N] male; vector[N] log_earn; }
+parameters { real a; real b_height; real b_male; real<lower=0> sigma; }
+model { log_earn ~ normal(a + b_height * height + b_male * male, sigma); }
+"""
+
+ROACHES = """
+data { int<lower=0> N; vector[N] exposure2; vector[N] roach1; vector[N] treatment; vector[N] senior;
+       array[N] int<lower=0> y; }
+transformed data { vector[N] log_expo = log(exposure2); }
+parameters { real alpha; real b_roach; real b_treat; real b_senior; real<lower=0> phi; }
+model {
+  alpha ~ normal(0, 2.5); b_roach ~ normal(0, 2.5); b_treat ~ normal(0, 2.5); b_senior ~ normal(0, 2.5);
+  phi ~ exponential(1);
+  y ~ neg_binomial_2_log(log_expo + alpha + b_roach * roach1 + b_treat * treatment + b_senior * senior, phi);
+}
+"""
+
+STUDENT = """
+data { int<lower=0> N; vector[N] x; vector[N] y; }
+parameters { real alpha; real beta; real<lower=0> sigma; real<lower=1> nu; }
+model { nu ~ gamma(2, 0.1); sigma ~ normal(0, 100); y ~ student_t(nu, alpha + beta * x, sigma); }
+"""
+
+RADON = """
+data { int<lower=0> N; int<lower=1> J; array[N] int<lower=1, upper=J> county; vector[N] x; vector[N] y; }
+parameters { vector[J] a; real b; real mu_a; real<lower=0> sigma_a; real<lower=0> sigma_y; }
+model {
+  mu_a ~ normal(0, 10); sigma_a ~ cauchy(0, 2.5); sigma_y ~ cauchy(0, 2.5);
+  a ~ normal(mu_a, sigma_a);
+  y ~ normal(a[county] + b * x, sigma_y);
+}
+"""
+
+
+def wells(n: int, rng: np.random.Generator) -> dict:
+    dist = rng.gamma(1.5, 33.0, n)            # metres: mean ~50, a long right tail
+    arsenic = 0.5 + rng.gamma(1.2, 1.1, n)
+    p = 1.0 / (1.0 + np.exp(-(-0.009 * dist + 0.46 * arsenic)))
+    return {"N": n, "dist": dist, "arsenic": arsenic, "switched": rng.binomial(1, p).astype(int)}
+
+
+def earnings(n: int, rng: np.random.Generator) -> dict:
+    male = rng.binomial(1, 0.4, n).astype(float)
+    height = np.round(64 + 5 * male + rng.normal(0, 3, n))
+    log_earn = 5.8 + 0.06 * height + 0.42 * male + rng.normal(0, 0.88, n)
+    return {"N": n, "height": height, "male": male, "log_earn": log_earn}
+
+
+def roaches(n: int, rng: np.random.Generator) -> dict:
+    roach1 = np.where(rng.random(n) < 0.35, 0.0, rng.lognormal(3.0, 1.3, n)).round(2)
+    roach1 = np.minimum(roach1, 450.0) / 100.0   # scaled by 100, as in the rstanarm vignette
+    treatment = rng.binomial(1, 0.6, n).astype(float)
+    senior = rng.binomial(1, 0.3, n).astype(float)
+    exposure = np.where(rng.random(n) < 0.7, 1.0, rng.uniform(0.2, 1.5, n))
+    mu = np.exp(np.log(exposure) + 2.8 + 1.3 * roach1 - 0.8 * treatment - 0.4 * senior)
+    phi = 0.27
+    y = rng.negative_binomial(phi, phi / (phi + mu))
+    return {"N": n, "exposure2": exposure, "roach1": roach1, "treatment": treatment, "senior": senior,
+            "y": y.astype(int)}
+
+
+def student(n: int, rng: np.random.Generator) -> dict:
+    x = rng.uniform(0, 50, n)
+    return {"N": n, "x": x, "y": 3.0 + 0.4 * x + 2.0 * rng.standard_t(4, n)}
+
+
+def radon(n: int, rng: np.random.Generator, groups: int = 20) -> dict:
+    county = rng.integers(1, groups + 1, n)
+    a = 1.5 + 0.3 * rng.normal(size=groups)
+    x = rng.binomial(1, 0.8, n).astype(float)
+    y = a[county - 1] - 0.7 * x + 0.75 * rng.normal(size=n)
+    return {"N": n, "J": groups, "county": county.astype(int), "x": x, "y": y}
+
+
+MODELS = {   # name: (Stan program, data generator, the published data set's row count)
+    "wells": (WELLS, wells, 3020),
+    "earnings": (EARNINGS, earnings, 1059),
+    "roaches": (ROACHES, roaches, 262),
+    "student": (STUDENT, student, 500),
+    "radon": (RADON, radon, 919),
+}
+
+
+def worst_error(fit, ref) -> tuple[float, str]:
+    """Worst |private mean - reference mean| / reference sd over every scalar parameter."""
+    worst, which = -1.0, ""
+    for name in ref.posterior.data_vars:
+        if name not in fit.posterior:
+            continue
+        p = fit.posterior[name].values.reshape(-1, *fit.posterior[name].shape[2:])
+        r = ref.posterior[name].values.reshape(-1, *ref.posterior[name].shape[2:])
+        with np.errstate(all="ignore"):
+            err = np.atleast_1d(np.abs(p.mean(0) - r.mean(0)) / r.std(0)).ravel()
+        err = np.where(np.isnan(err), np.inf, err)
+        if err.max() > worst:
+            worst, which = float(err.max()), name
+    return worst, which
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--n", nargs="+", type=int, default=None,
+                    help="row counts (default: each model's published size)")
+    ap.add_argument("--epsilons", nargs="+", type=float, default=[1.0, 4.0])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--delta", type=float, default=1e-5)
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp())
+    print("model     n      eps seed  worst      (parameter)  floor  target verdict mixed time_s ref_rhat")
+    for name in args.models:
+        code, make, published_n = MODELS[name]
+        path = tmp / f"{name}.stan"
+        path.write_text(code)
+        for n in args.n or [published_n]:
+            for seed in args.seeds:
+                data = make(n, np.random.default_rng(seed))
+                model = stan_dp.RowModel(path, data)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ref = stan_dp.reference_fit(path, data, seed=seed + 1)
+                    ref_rhat = float(max(float(v.max()) for v in az.rhat(ref).data_vars.values()))
+                for eps in args.epsilons:
+                    t0 = time.perf_counter()
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always")
+                        fit = stan_dp.sample(model, epsilon=eps, delta=args.delta, seed=1000 + seed,
+                                             progress=False)
+                    elapsed = time.perf_counter() - t0
+                    worst, which = worst_error(fit, ref)
+                    floor = information_floor(model, ref, eps, args.delta)
+                    target = max(3.0 * floor, 0.5)
+                    warned = any(issubclass(w.category, stan_dp.UtilityWarning) for w in caught)
+                    verdict = "ok" if worst <= target else ("warned" if warned else "SILENT")
+                    print(f"{name:9s} {n:<6d} {eps:<3g} {seed:<4d}  {worst:9.3g}  ({which:10s}) "
+                          f"{floor:6.3f} {target:6.2f} {verdict:7s} {fit.attrs.get('mixed')!s:5s} "
+                          f"{elapsed:6.1f} {ref_rhat:8.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
