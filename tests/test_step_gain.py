@@ -17,7 +17,6 @@ import math
 import warnings
 
 import numpy as np
-import pytest
 
 import stan_dp
 from stan_dp.adaptation import AdaptationSettings
