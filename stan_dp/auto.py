@@ -323,7 +323,12 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "still_moving": "; ".join(moving),
         "rounds_averaged": int(result.rounds_averaged),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
-        "noise_exceed_probability": exceed_probability(noise_sd, FORECAST_LIMIT),
+        "clipping_bias_bound": result.clipping_bias_bound,
+        # the bias is a vector of about that length: the worst case puts it all on the
+        # coordinate with the largest noise
+        "noise_exceed_probability": exceed_probability(
+            noise_sd, FORECAST_LIMIT,
+            bias=np.where(np.arange(noise_sd.size) == np.argmax(noise_sd), result.clipping_bias_bound, 0.0)),
         "forecast_error": float(fc.expected_error),
         "forecast_floor": float(fc.floor),
         "public_n": n_public if relation == "add_remove" else "",
@@ -387,6 +392,11 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
             consequence = ("the draws are widened by it, but the search did not settle, so this noise "
                            "leaves out how far the mode may still be: the intervals are not credible "
                            "intervals")
+        elif attrs["adaptive_clip"] and attrs["clipping_bias_bound"] > 0.0:
+            consequence = (f"and the rows beyond the raised clip bound can bias it by about "
+                           f"{attrs['clipping_bias_bound']:.2g} more (released count); the draws are "
+                           "widened by the noise, not by that bias, so the intervals may be too narrow "
+                           "and the mean is imprecise")
         elif attrs["adaptive_clip"]:
             consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
                            "imprecise")

@@ -92,15 +92,22 @@ def worst_of(dim: int) -> float:
     return max(1.0, float(stats.norm.ppf(1.0 - 0.25 / dim)))
 
 
-def exceed_probability(sds, limit: float) -> float:
-    """Probability that some coordinate is off by more than ``limit``: ``1 - prod_j (1 - 2 Phi(-limit / s_j))``.
+def exceed_probability(sds, limit: float, bias=0.0) -> float:
+    """Probability that some coordinate is off by more than ``limit``.
 
-    For independent errors ``N(0, s_j^2)`` (posterior sds).  Zero sds never
-    exceed; infinite ones always do.
+    For independent errors ``N(b_j, s_j^2)`` (posterior sds):
+    ``1 - prod_j (Phi((limit - b_j) / s_j) - Phi((-limit - b_j) / s_j))``.
+    ``bias`` (``b_j``, one for all or per coordinate, its sign unknown: only
+    ``|b_j|`` matters) is a bias the noise does not cover, e.g. clipping's.
+    Zero sds exceed exactly when ``|b_j| > limit``; infinite ones always do.
     """
     s = np.atleast_1d(np.asarray(sds, dtype=float))
-    with np.errstate(divide="ignore"):
-        inside = np.where(s > 0, 1.0 - 2.0 * stats.norm.sf(limit / np.where(s > 0, s, 1.0)), 1.0)
+    b = np.abs(np.broadcast_to(np.asarray(bias, dtype=float), s.shape))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        safe = np.where(s > 0, s, 1.0)
+        inside = stats.norm.cdf((limit - b) / safe) - stats.norm.cdf((-limit - b) / safe)
+    inside = np.where(s > 0, inside, (b <= limit).astype(float))
+    inside = np.where(np.isinf(s), 0.0, inside)
     return float(1.0 - np.prod(inside))
 
 
