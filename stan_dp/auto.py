@@ -324,8 +324,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "rounds_averaged": int(result.rounds_averaged),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
         "clipping_bias_bound": result.clipping_bias_bound,
-        # the bias is a vector of about that length: the worst case puts it all on the
-        # coordinate with the largest noise
+        # the bias is a vector of about that length, its direction unknown: taken all on the
+        # coordinate with the largest noise (where it most raises the chance of a miss)
         "noise_exceed_probability": exceed_probability(
             noise_sd, FORECAST_LIMIT,
             bias=np.where(np.arange(noise_sd.size) == np.argmax(noise_sd), result.clipping_bias_bound, 0.0)),
@@ -393,7 +393,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                            "leaves out how far the mode may still be: the intervals are not credible "
                            "intervals")
         elif attrs["adaptive_clip"] and attrs["clipping_bias_bound"] > 0.0:
-            consequence = (f"and the rows beyond the raised clip bound can bias it by about "
+            consequence = (f"and the rows beyond the clip bound can bias it by about "
                            f"{attrs['clipping_bias_bound']:.2g} more (released count); the draws are "
                            "widened by the noise, not by that bias, so the intervals may be too narrow "
                            "and the mean is imprecise")
