@@ -113,8 +113,11 @@ DEPENDING_SDS = 3.0
 count of depending rows is beyond this many noise sds."""
 
 
-def scale_tail(n_public: int, dim: int, noise_multiplier: float) -> float:
+def scale_tail(n_public, dim: int, noise_multiplier: float):
     """Tail fraction of the initial scale search: at least 3.7 count-noise sds of rows.
+
+    ``n_public`` may be an array (the rows each coordinate depends on,
+    :func:`_initial_scale`); the fraction is then per coordinate.
 
     The binary search compares a noisy count with ``tail * n``; at a threshold
     above every row the count is 0, and a noise draw above the target would
@@ -123,7 +126,8 @@ def scale_tail(n_public: int, dim: int, noise_multiplier: float) -> float:
     ``1e-4`` per round.  Public.
     """
     sd = noise_multiplier * math.sqrt(dim)
-    return float(min(0.5, max(SCALE_TAIL, SCALE_TAIL_SDS * sd / n_public)))
+    tail = np.minimum(0.5, np.maximum(SCALE_TAIL, SCALE_TAIL_SDS * sd / np.asarray(n_public, dtype=float)))
+    return float(tail) if tail.ndim == 0 else tail
 
 
 NOISE_SPECTRAL_FACTOR = 1.5
@@ -332,8 +336,6 @@ class AdaptationResult(NamedTuple):
     clipped_rows: float = math.nan
     """With ``adaptive_clip``: released estimate of the rows beyond the final gradient bound
     (``grad_clip * clip_adjust``), the mean of the counts made at that bound (NaN: none made)."""
-    clipped_rows_sd: float = math.inf
-    """Noise sd of :attr:`clipped_rows`."""
 
     @property
     def clipping_bias_bound(self) -> float:
@@ -836,8 +838,8 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     # ---- post-processing of the released counts ----
     count_sd = z * math.sqrt(d)
     m = np.clip(depending, 1.0, float(n_public))
-    target = np.minimum(np.maximum(SCALE_TAIL * m, SCALE_TAIL_SDS * count_sd), 0.5 * m)
-    t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
+    tail = scale_tail(m, d, z)   # of the m_j depending rows
+    t, at_floor = private_quantiles(rng_noise, cols, tail=tail * m / n_public, n_public=n_public,
                                     rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
                                     what=what)
     del curv_stat, cols  # the rows' statistic is dropped where it lives
@@ -849,7 +851,6 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     # predictor, curvature 1 on its rows) 1.65 times too wide (tried: 3 of 24 seeds of a regression
     # with a 40 % binary predictor ended 60-375 posterior sds off at n = 1059, epsilon = 4, against
     # at most 7.9 before; with n, 2 of 64 beyond 20, as before)
-    tail = target / m
     scale = 1.0 / np.sqrt(n_public * t / stats.chi2.ppf(1.0 - tail, 1))
     return np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3)), at_floor
 
@@ -1094,11 +1095,9 @@ def private_mode(
     tail_rows = float(np.mean(tail_counts)) if tail_counts else math.nan
     tail_rows_sd = tail_sd / math.sqrt(len(tail_counts)) if tail_counts else math.inf
     clipped_rows = float(np.mean(clipped_counts)) if clipped_counts else math.nan
-    clipped_rows_sd = (z_c / math.sqrt(s.clipped_repeats * len(clipped_counts)) if clipped_counts
-                       else math.inf)
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
-                            turned, clipped_rows, clipped_rows_sd)
+                            turned, clipped_rows)
 
 
 POLISH_ITERATIONS = 50
