@@ -322,6 +322,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "search_settled": bool(result.settled),
         "still_moving": "; ".join(moving),
         "rounds_averaged": int(result.rounds_averaged),
+        "round_dispersion": float(result.dispersion) if np.isfinite(result.dispersion) else "",
+        "random_effects_pooling": bool(result.dispersed),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
         "clipping_bias_bound": result.clipping_bias_bound,
         # the bias is a vector of about that length, its direction unknown: taken all on the
@@ -404,9 +406,13 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
             consequence = ("the draws are widened by it, but not by the clipping bias that the bound "
                            "leaves at this budget (it can be as large as this noise), so the intervals "
                            "may be too narrow and the mean is imprecise")
+        disagreement = ("" if not result.dispersed else
+                        f", including the disagreement between the search's rounds, "
+                        f"{result.dispersion:.2g} times what their noise explains")
         emit([f"the privacy noise in the mean is up to {noise:.2g} posterior sds per coordinate "
-              f"(released estimate; some coordinate is off by more than {FORECAST_LIMIT:g} with "
-              f"probability {attrs['noise_exceed_probability']:.0%}); {consequence}"], attrs)
+              f"(released estimate{disagreement}; some coordinate is off by more than "
+              f"{FORECAST_LIMIT:g} with probability {attrs['noise_exceed_probability']:.0%}); "
+              f"{consequence}"], attrs)
     if redrawn:
         emit([_overflow_warning(model.constrain, result.mode, redrawn, left, chains * draws)], attrs)
     attrs.update({
