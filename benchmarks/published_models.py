@@ -12,7 +12,18 @@ with data simulated on their own scales (no standardising), through
 * ``roaches``: negative binomial with an exposure offset, a skewed
   pre-treatment count, ``treatment`` (60 %) and ``senior`` (30 %);
 * ``student``: Student-t regression with unknown ``nu`` and ``sigma``;
-* ``radon``: a varying intercept over 20 counties, half-Cauchy scales.
+* ``radon``: a varying intercept over 20 counties, half-Cauchy scales;
+* ``binomial``: aggregated binomial rows (trials 1 to ~500, log-normal) on
+  age in years;
+* ``ordered``: ordered logistic (5 levels, an ``ordered`` cut-point
+  vector) on years of service and a binary predictor;
+* ``gamma``: gamma GLM with a log link for costs in dollars (~1,000), age,
+  a 25 % binary predictor and an unknown shape;
+* ``weibull``: Weibull survival regression with right censoring, days in
+  the thousands, age 40-80, a treatment;
+* ``beta``: beta regression of a share on income in thousands, unknown
+  precision;
+* ``hetero``: normal regression whose log sd is linear in ``x``.
 
 For every run it prints the worst |mean error| in reference sds (and which
 parameter), the information floor and target of issue 13
@@ -121,12 +132,113 @@ def radon(n: int, rng: np.random.Generator, groups: int = 20) -> dict:
     return {"N": n, "J": groups, "county": county.astype(int), "x": x, "y": y}
 
 
+BINOMIAL = """
+data { int<lower=0> N; array[N] int<lower=0> trials; vector[N] age; array[N] int<lower=0> y; }
+parameters { real alpha; real beta; }
+model { alpha ~ normal(0, 5); beta ~ normal(0, 1); y ~ binomial_logit(trials, alpha + beta * age); }
+"""
+
+
+def binomial(n: int, rng: np.random.Generator) -> dict:
+    trials = np.maximum(1, np.round(rng.lognormal(2.5, 1.2, n))).astype(int)
+    age = rng.uniform(20, 80, n)
+    p = 1 / (1 + np.exp(-(-2.0 + 0.03 * age)))
+    return {"N": n, "trials": trials, "age": age, "y": rng.binomial(trials, p).astype(int)}
+
+
+ORDERED = """
+data { int<lower=0> N; int<lower=2> K; vector[N] years; vector[N] female; array[N] int<lower=1, upper=K> y; }
+parameters { real b_years; real b_female; ordered[K - 1] c; }
+model { y ~ ordered_logistic(b_years * years + b_female * female, c); }
+"""
+
+
+def ordered(n: int, rng: np.random.Generator) -> dict:
+    years = rng.uniform(0, 30, n)
+    female = rng.binomial(1, 0.5, n).astype(float)
+    eta = 0.08 * years + 0.5 * female
+    cut = np.array([0.5, 1.5, 2.5, 3.5])
+    u = rng.logistic(size=n) + eta
+    y = 1 + np.sum(u[:, None] > cut[None, :], axis=1)
+    return {"N": n, "K": 5, "years": years, "female": female, "y": y.astype(int)}
+
+
+GAMMA = """
+data { int<lower=0> N; vector[N] age; vector[N] chronic; vector<lower=0>[N] cost; }
+parameters { real b0; real b_age; real b_chronic; real<lower=0> shape; }
+model { cost ~ gamma(shape, shape ./ exp(b0 + b_age * age + b_chronic * chronic)); }
+"""
+
+
+def gamma(n: int, rng: np.random.Generator) -> dict:
+    age = rng.uniform(18, 90, n)
+    chronic = rng.binomial(1, 0.25, n).astype(float)
+    mu = np.exp(6.5 + 0.015 * age + 0.8 * chronic)
+    return {"N": n, "age": age, "chronic": chronic, "cost": rng.gamma(1.5, mu / 1.5)}
+
+
+WEIBULL = """
+data { int<lower=0> N; vector[N] days; array[N] int<lower=0, upper=1> censored; vector[N] age; vector[N] trt; }
+parameters { real<lower=0> alpha; real b0; real b_age; real b_trt; }
+model {
+  alpha ~ gamma(2, 1);
+  for (i in 1:N) {
+    real sc = exp(b0 + b_age * age[i] + b_trt * trt[i]);
+    if (censored[i] == 1) target += weibull_lccdf(days[i] | alpha, sc);
+    else target += weibull_lpdf(days[i] | alpha, sc);
+  }
+}
+"""
+
+
+def weibull(n: int, rng: np.random.Generator) -> dict:
+    age = rng.uniform(40, 80, n)
+    trt = rng.binomial(1, 0.5, n).astype(float)
+    sc = np.exp(7.5 - 0.02 * age + 0.4 * trt)
+    t = sc * rng.weibull(1.3, n)
+    c = rng.uniform(200, 2000, n)
+    return {"N": n, "days": np.minimum(t, c), "censored": (t > c).astype(int), "age": age, "trt": trt}
+
+
+BETA = """
+data { int<lower=0> N; vector[N] income; vector<lower=0, upper=1>[N] share; }
+parameters { real a; real b; real<lower=0> phi; }
+model { vector[N] mu = inv_logit(a + b * income); share ~ beta(mu * phi, (1 - mu) * phi); }
+"""
+
+
+def beta(n: int, rng: np.random.Generator) -> dict:
+    income = rng.lognormal(3.8, 0.5, n)   # thousands of dollars
+    mu = 1 / (1 + np.exp(-(0.5 - 0.015 * income)))
+    phi = 12.0
+    return {"N": n, "income": income, "share": np.clip(rng.beta(mu * phi, (1 - mu) * phi), 1e-6, 1 - 1e-6)}
+
+
+HETERO = """
+data { int<lower=0> N; vector[N] x; vector[N] y; }
+parameters { real a; real b; real c; real d; }
+model { y ~ normal(a + b * x, exp(c + d * x)); }
+"""
+
+
+def hetero(n: int, rng: np.random.Generator) -> dict:
+    x = rng.uniform(0, 10, n)
+    return {"N": n, "x": x, "y": 20 + 3 * x + np.exp(0.2 + 0.15 * x) * rng.normal(size=n)}
+
+
 MODELS = {   # name: (Stan program, data generator, the published data set's row count)
     "wells": (WELLS, wells, 3020),
     "earnings": (EARNINGS, earnings, 1059),
     "roaches": (ROACHES, roaches, 262),
     "student": (STUDENT, student, 500),
     "radon": (RADON, radon, 919),
+    # more kinds of likelihood, rows as the studies that use them have (~1,000)
+    "binomial": (BINOMIAL, binomial, 1000),
+    "ordered": (ORDERED, ordered, 1000),
+    "gamma": (GAMMA, gamma, 1000),
+    "weibull": (WEIBULL, weibull, 1000),
+    "beta": (BETA, beta, 1000),
+    "hetero": (HETERO, hetero, 1000),
 }
 
 
