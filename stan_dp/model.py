@@ -188,9 +188,11 @@ class RowModel(ZeroRowPart):
     public_data : dict of str to ndarray
         The ``public_data`` values used (empty without it).
     stan_file : pathlib.Path or None
-        The program compiled: the user's, or the derived one with
-        ``public_data``; None when a library was given and its program is
-        unknown.
+        The program compiled: the user's, or one derived from it (with
+        ``public_data``, or with a row count declared ``int<lower=1>``
+        relaxed to ``lower=0``, which the prior part's zero rows need:
+        :func:`stan_dp.stan_source.relax_row_count`); None when a library
+        was given and its program is unknown.
     bridge : bridgestan.StanModel
         BridgeStan's model on the full data.
 
@@ -247,13 +249,13 @@ class RowModel(ZeroRowPart):
             model, data_json = self._apply_public_data(values, public_data, cache_dir)
         self.library = _as_library(model, stanc_args, cache_dir, cmdstan=cmdstan)
 
-        try:
-            self.bridge = bridgestan.StanModel(
-                str(self.library), data_json, seed=seed, warn=False
-            )
-        except RuntimeError as exc:
-            raise ValueError(_rejection_message(str(exc))) from None
-        try:
+        def build() -> None:
+            try:
+                self.bridge = bridgestan.StanModel(
+                    str(self.library), data_json, seed=seed, warn=False
+                )
+            except RuntimeError as exc:
+                raise ValueError(_rejection_message(str(exc))) from None
             self._native = self._zero = NativeRows(
                 self.bridge.stanlib, data_json, rows, row_vars, seed,
                 0 if threads is None else int(threads),
@@ -266,12 +268,54 @@ class RowModel(ZeroRowPart):
             self._layout = ParamLayout(self.param_names)
             if check:
                 self.check_decomposition()
+
+        self._relaxed_from: int | None = None
+        sliced = row_vars if row_vars is not None else default_row_vars(values, rows, self.n_rows)
+        try:
+            try:
+                build()
+            except ValueError as exc:
+                relaxed = self._relaxed_row_count(exc, sliced, cache_dir)
+                if relaxed is None:
+                    raise
+                self.library = _as_library(relaxed, stanc_args, cache_dir, cmdstan=cmdstan)
+                build()
         except ValueError as exc:
-            sliced = row_vars if row_vars is not None else default_row_vars(values, rows, self.n_rows)
             better = self._explain_failure(exc, sliced)
             if better is None:
                 raise
             raise better from None
+
+    def _relaxed_row_count(self, exc: ValueError, row_vars: Sequence[str],
+                           cache_dir: str | os.PathLike[str] | None) -> Path | None:
+        """The program with ``int<lower=1> N`` relaxed to ``lower=0``, where only that bound
+        refused the model with no rows (:func:`stan_dp.stan_source.relax_row_count`); None
+        otherwise (another error, no such bound, or a ``transformed data`` value computed from
+        the rows, which :meth:`_explain_failure` reports instead).
+
+        Reads the program only, never the data; the derived program goes into
+        the cache like ``public_data``'s and becomes :attr:`stan_file`.
+        """
+        from stan_dp.stan_source import analyse_transformed_data, canonical_program, relax_row_count
+
+        if self.stan_file is None or not str(exc).startswith("the model cannot be built with zero rows"):
+            return None
+        try:
+            program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
+                                        self._stanc_args)
+            report = analyse_transformed_data(program, self.rows_var, row_vars)
+        except Exception as err:  # noqa: BLE001 - the original error stands
+            logger.debug("could not analyse the program: %s", err)
+            return None
+        derived = None if report.found else relax_row_count(program, self.rows_var)
+        if derived is None:
+            return None
+        self._relaxed_from = report.rows_lower_bound
+        target = _derived_program_path(derived, self.stan_file.name, cache_dir)
+        logger.info("%s has a positive lower bound; the prior part needs %s = 0: compiling the "
+                    "program with lower=0 (derived program %s)", self.rows_var, self.rows_var, target)
+        self.stan_file = target
+        return target
 
     # ------------------------------------------------- transformed data --
     def _apply_public_data(
@@ -322,14 +366,7 @@ class RowModel(ZeroRowPart):
             if spec.dims_name is not None:
                 extra[spec.dims_name] = np.asarray(arr.shape, dtype=np.int64)
             self.public_data[name] = arr
-        cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        digest = hashlib.sha256(derived.encode()).hexdigest()[:16]
-        target = cache / "derived" / digest / self.stan_file.name
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".tmp")
-            tmp.write_text(derived)
-            os.replace(tmp, target)
+        target = _derived_program_path(derived, self.stan_file.name, cache_dir)
         logger.info("public_data: %s read from the data (derived program %s)",
                     ", ".join(overrides), target)
         self.stan_file = target
@@ -361,8 +398,11 @@ class RowModel(ZeroRowPart):
             # The library's hint ("declare it int<lower=0>") is wrong here.
             text = re.sub(r"\s*\(allow \S+ = 0, e\.g\. declare it int<lower=0>\)\s*$", "",
                           str(exc))
+            allows = (f"{rv} already allows 0" if self._relaxed_from is None else
+                      f"stan_dp relaxed {rv}'s declared lower={self._relaxed_from} to 0 for that "
+                      f"(derived program {self.stan_file})")
             return ModelDecompositionError(
-                f"{text}. {rv} already allows 0, so something else fails without rows: a data "
+                f"{text}. {allows}, so something else fails without rows: a data "
                 f"variable sized by {rv} that is not sliced per row (check row_vars=), or a "
                 "statement of the transformed data that needs at least one element; make the "
                 "model accept zero rows")
@@ -554,6 +594,20 @@ class RowModel(ZeroRowPart):
             "could not verify the per-row decomposition: the log density was not finite "
             "at any test point drawn uniformly on (-2, 2) in unconstrained space"
         )
+
+
+def _derived_program_path(derived: str, name: str,
+                          cache_dir: str | os.PathLike[str] | None) -> Path:
+    """Write a program stan_dp derived from the user's into the cache (by its hash)."""
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    digest = hashlib.sha256(derived.encode()).hexdigest()[:16]
+    target = cache / "derived" / digest / name
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(derived)
+        os.replace(tmp, target)
+    return target
 
 
 def _stan_source(model: str | os.PathLike[str]) -> Path | None:

@@ -40,6 +40,7 @@ __all__ = [
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
+    "relax_row_count",
 ]
 
 #: Base types and their rank (0 scalar, 1 vector-like, 2 matrix-like).
@@ -517,6 +518,60 @@ class PublicOverride:
     declaration: str
 
 
+def _data_declarations(program: str) -> dict[str, tuple[Declaration, Statement]]:
+    """The ``data`` block's declarations by name."""
+    blocks = program_blocks(program)
+    found: dict[str, tuple[Declaration, Statement]] = {}
+    if "data" in blocks:
+        for stmt in _statements(program, *blocks["data"]):
+            decl = parse_declaration(program, stmt)
+            if decl is not None:
+                found[decl.name] = (decl, stmt)
+    return found
+
+
+def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],
+                          rows: str) -> tuple[int, int, str] | None:
+    """The edit ``(start, end, text)`` that turns a lower bound of 1 or more on ``rows`` into 0."""
+    if rows not in data_decls:
+        return None
+    decl, stmt = data_decls[rows]
+    bound = _lower_bound(decl.constraint)
+    if bound is None or bound <= 0:
+        return None
+    text = program[stmt.start:stmt.end]
+    return stmt.start, stmt.end, re.sub(r"\blower\s*=\s*-?\d+", "lower=0", text, count=1)
+
+
+def relax_row_count(program: str, rows: str) -> str | None:
+    """The program with a lower bound of 1 or more on the row count ``rows`` relaxed to 0.
+
+    Published programs often declare ``int<lower=1> N;``.  stan_dp's prior
+    part is the model with no rows, which such a bound refuses; relaxing it
+    changes nothing else (the data, with ``N >= 1`` rows, satisfy either
+    bound, and Stan checks the bound only on the data).  A program whose
+    statements need a row (``x[1]``, a mean over the rows) still fails with
+    no rows, and says so.
+
+    Parameters
+    ----------
+    program : str
+        A canonical program (:func:`canonical_program`).
+    rows : str
+        The row-count variable (a ``data`` block ``int``).
+
+    Returns
+    -------
+    str or None
+        The relaxed program, or None when ``rows`` has no positive lower bound.
+    """
+    edit = _row_count_relaxation(program, _data_declarations(program), rows)
+    if edit is None:
+        return None
+    start, end, text = edit
+    return program[:start] + text + program[end:]
+
+
 def public_data_names(name: str) -> tuple[str, str]:
     """The data variables that carry the public value of ``name`` and its shape."""
     return name + PUBLIC_SUFFIX, name + DIMS_SUFFIX
@@ -558,12 +613,7 @@ def override_program(program: str, names: Iterable[str], rows: str
     """
     names = list(dict.fromkeys(names))
     blocks = program_blocks(program)
-    data_decls = {}
-    if "data" in blocks:
-        for stmt in _statements(program, *blocks["data"]):
-            decl = parse_declaration(program, stmt)
-            if decl is not None:
-                data_decls[decl.name] = (decl, stmt)
+    data_decls = _data_declarations(program)
     td_stmts = (_statements(program, *blocks["transformed data"])
                 if "transformed data" in blocks else [])
     td_decls: dict[str, tuple[Declaration, Statement]] = {}
@@ -628,13 +678,9 @@ def override_program(program: str, names: Iterable[str], rows: str
             declared = program[stmt.start:decl.init_span[0]].rstrip(" =")
         overrides[name] = PublicOverride(name, data_name, dims_name if rank else None, rank,
                                          integer, declared.strip())
-    if rows in data_decls:
-        decl, stmt = data_decls[rows]
-        bound = _lower_bound(decl.constraint)
-        if bound is not None and bound > 0:
-            text = program[stmt.start:stmt.end]
-            relaxed = re.sub(r"\blower\s*=\s*-?\d+", "lower=0", text, count=1)
-            edits.append((stmt.start, stmt.end, relaxed))
+    relaxation = _row_count_relaxation(program, data_decls, rows)
+    if relaxation is not None:
+        edits.append(relaxation)
     if "data" in blocks:
         close = blocks["data"][1]
         edits.append((close, close, "\n".join(new_data) + "\n"))

@@ -94,10 +94,16 @@ def test_interacting_rows_are_refused(compiled):
         RowModel(compiled(stan_test_model("rows_interact")), data)
 
 
-def test_model_that_needs_a_row_is_refused_with_a_hint(compiled):
-    data = {"N": 3, "y": np.ones(3)}
-    with pytest.raises(ValueError, match=r"cannot be built with zero rows.*int<lower=0>"):
-        RowModel(compiled(stan_test_model("needs_one_row")), data)
+def test_model_that_needs_a_row_after_the_relaxed_bound_is_refused(compiled):
+    """``int<lower=1> N`` is relaxed for the prior part (tests/test_rows.py); where the model
+    still fails with no rows (here a vector of N values left unsliced by row_vars), the message
+    says what stan_dp relaxed and does not suggest declaring lower=0 again."""
+    data = {"N": 3, "y": np.ones(3), "w": np.ones(3)}
+    with pytest.raises(ModelDecompositionError) as info:
+        RowModel(compiled(stan_test_model("bound_rows_unsliced")), data, row_vars=["y"])
+    msg = str(info.value)
+    assert "cannot be built with zero rows" in msg and "relaxed N's declared lower=1 to 0" in msg
+    assert "declare it int<lower=0>" not in msg and "row_vars" in msg
 
 
 def test_not_a_stan_dp_library(tmp_path):

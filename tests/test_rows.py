@@ -226,3 +226,32 @@ def test_nonfinite_rows_are_values_not_errors(compiled):
     nan_values, nan_grads = model.row_log_lik_grad(np.array([np.nan, 0.0]))
     assert np.all(np.isnan(nan_values)) and np.all(np.isnan(nan_grads))
     assert model.log_prior(np.array([np.nan, 0.0])) == -np.inf
+
+
+def test_a_row_count_declared_lower_1_is_relaxed_for_the_prior_part(compiled):
+    """``int<lower=1> N`` (as published programs declare it) refuses N = 0, which the prior part
+    needs; stan_dp compiles a derived program with ``lower=0`` and nothing else changes: the
+    rows are the normal log densities of ``y`` (closed form), their sum plus the prior part is
+    the user's own compiled program's log density on the full data (BridgeStan), and the
+    relaxation reads only the program, never the data."""
+    import bridgestan
+    import stanio
+
+    path = stan_test_model("needs_one_row")
+    y = np.array([0.3, -1.2, 2.5])
+    data = {"N": 3, "y": y}
+    model = RowModel(compiled(path), data)
+    assert model.n_rows == 3 and model.dim == 1
+    derived = model.stan_file.read_text()
+    assert "int<lower=0> N;" in derived and "lower=1" not in derived
+    original = bridgestan.StanModel(str(compiled(path)), stanio.dump_stan_json(data), warn=False)
+    for mu in (-1.0, 0.4, 2.0):
+        theta = np.array([mu])
+        rows = model.row_log_lik(theta)
+        np.testing.assert_allclose(rows, stats.norm.logpdf(y, mu, 1.0), rtol=1e-12)
+        np.testing.assert_allclose(model.log_prior(theta) + rows.sum(),
+                                   original.log_density(theta, propto=False), rtol=1e-12)
+    # the same program for a neighbouring data set: the derived file depends on the program only
+    other = RowModel(compiled(path), {"N": 3, "y": y + 100.0})
+    assert other.stan_file == model.stan_file
+

@@ -1,4 +1,5 @@
-// Test model: declares N >= 1, so the zero-row (prior) model cannot be built.
+// Test model: declares N >= 1 (as published programs often do); the zero-row
+// (prior) model needs N = 0, so stan_dp compiles it with the bound relaxed.
 data {
   int<lower=1> N;
   vector[N] y;
