@@ -1037,9 +1037,13 @@ def private_mode(
             if capped:
                 move *= s.max_step / biggest
             noise_level = sd_g * math.sqrt(float(np.sum(h_inv * h_inv)))
-            # Near: the Newton step is within a few posterior sds plus its noise, AND the
-            # release resolved the curvature (no eigenvalue at the noise floor): in an
-            # unresolved frame a short step in frame units says nothing about the distance.
+            # Near: the Newton step is within a few posterior sds plus its noise and was not
+            # shortened (coordinate cap, trust region, gain cap).  Whether the release resolved
+            # the curvature is not asked here but of the pool (settled: no pooled eigenvalue at
+            # the noise floor), since in an unresolved frame a short step in frame units says
+            # little about the distance; a round with most eigenvalues at the floor can pass
+            # (the floored curvature makes its noise level large: docs/adaptation.md §7, "Many
+            # groups at small n").
             near = (float(np.linalg.norm(du)) <= 3.0 * (noise_level + math.sqrt(d)) and not capped
                     and trusted and not gain_capped)
             rounds.append({"ok": near, "one_step": theta + frame @ du,
