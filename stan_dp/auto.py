@@ -394,18 +394,19 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
             consequence = ("the draws are widened by it, but the search did not settle, so this noise "
                            "leaves out how far the mode may still be: the intervals are not credible "
                            "intervals")
-        elif attrs["adaptive_clip"] and attrs["clipping_bias_bound"] > 0.0:
-            consequence = (f"and the rows beyond the clip bound can bias it by about "
-                           f"{attrs['clipping_bias_bound']:.2g} more (released count); the draws are "
-                           "widened by the noise, not by that bias, so the intervals may be too narrow "
-                           "and the mean is imprecise")
-        elif attrs["adaptive_clip"]:
+        elif attrs["clipping_bias_bound"] > 0.0:
+            raised = ("" if attrs["adaptive_clip"] else
+                      " (the bound was kept at its rms-optimal value, as the forecast warns)")
+            consequence = (f"and the rows beyond the clip bound{raised} can bias it by about "
+                           f"{attrs['clipping_bias_bound']:.2g} more (released count; an estimate for "
+                           "light-tailed rows — where a few rows' gradients lie far beyond the bound "
+                           "and push one way, such as outliers moving a heavy-tailed likelihood's "
+                           "tail or shape parameter, it can be several times that); the draws are "
+                           "widened by the noise, not by that bias, so the intervals may be too "
+                           "narrow and the mean is imprecise")
+        else:
             consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
                            "imprecise")
-        else:   # the clip bound kept its rms-optimal value: its bias is not in the noise
-            consequence = ("the draws are widened by it, but not by the clipping bias that the bound "
-                           "leaves at this budget (it can be as large as this noise), so the intervals "
-                           "may be too narrow and the mean is imprecise")
         disagreement = ("" if not result.dispersed else
                         f", including the disagreement between the search's rounds, "
                         f"{result.dispersion:.2g} times what their noise explains")

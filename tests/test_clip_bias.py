@@ -107,12 +107,65 @@ def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
     assert 3 * tail == 4 * clipped > 0
     assert kinds["clipped count"].split(" x ")[1] == kinds["tail count"].split(" x ")[1] \
         == kinds["clip count"].split(" x ")[1]
-    assert "clipped count" not in plain.attrs["release_summary"]
+    # the same split without adaptive_clip: the count is made (it gives the reported bias), only
+    # the raising is off
+    assert plain.attrs["release_summary"] == fit.attrs["release_summary"]
     # one threshold per release: a row moves the count by at most one (sensitivity 1)
     ledger = Ledger("replace_one")
     noisy_counts(np.random.default_rng(0), np.ones((10, 1)), np.array([0.5]), 3.0, ledger, "clipped count",
                  repeats=3)
     assert [e.sensitivity for e in ledger.entries] == [1.0, 1.0, 1.0]
+
+
+def _private_mode(model: Logistic, seed: int, adaptive: bool) -> newton.AdaptationResult:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
+                                   relation="replace_one", rng_noise=np.random.default_rng(seed),
+                                   init=np.zeros(model.dim),
+                                   settings=newton.AdaptationSettings(adaptive_clip=adaptive))
+
+
+def test_without_adaptive_clip_the_clipped_rows_are_counted_and_steer_nothing(monkeypatch):
+    """The count of rows beyond the bound is made in every run (it gives the reported clipping
+    bias); without ``adaptive_clip`` its values reach nothing but that report.  Oracle: a run whose
+    clipped counts are replaced by a million ends at the same mode, bit for bit, with the bound
+    not raised; with ``adaptive_clip`` the same replacement raises the bound to its cap (the
+    check can fail)."""
+    model = _strong(0)
+    plain = _private_mode(model, 7, adaptive=False)
+    real = newton.noisy_counts
+
+    def inflated(rng, values, thresholds, z, ledger, what, repeats=None):
+        out = real(rng, values, thresholds, z, ledger, what, repeats=repeats)
+        return out + 1e6 if what.startswith("clipped count") else out
+
+    monkeypatch.setattr(newton, "noisy_counts", inflated)
+    forged = _private_mode(model, 7, adaptive=False)
+    np.testing.assert_array_equal(forged.mode, plain.mode)
+    np.testing.assert_array_equal(forged.noise_covariance, plain.noise_covariance)
+    assert forged.clip_adjust == plain.clip_adjust == 1.0
+    assert forged.clipped_rows > 1e5 > plain.clipped_rows        # only the report saw it
+    assert _private_mode(model, 7, adaptive=True).clip_adjust > 3.0
+
+
+def test_without_adaptive_clip_the_reported_bias_counts_the_rows_beyond_the_bound():
+    """At the rule's bound (not raised) the strong-signal regression clips 20-odd rows at its exact
+    mode and frame; the released count (mean of the counts made near the mode, each with the clip
+    counts' noise) agrees with that within 4 of its noise sds plus a third (the rounds' points and
+    frames are near, not at, the exact ones), and the reported bias is
+    ``BIAS_PER_CLIPPED_ROW_HIGH`` x count x bound."""
+    model = _strong(0)
+    result = _private_mode(model, 11, adaptive=False)
+    assert result.settled and result.clip_adjust == 1.0
+    kappa = newton.clip_inflation(newton.AdaptationSettings(), N, pld_mean_budget(4.0, 1e-5))
+    assert result.grad_clip == pytest.approx(kappa * whitened_grad_scale(N, model.dim))
+    _, truth = _clipped_root_shift(model, kappa)
+    counts = [e for e in result.ledger.entries if e.what.startswith("clipped count")]
+    sd = counts[0].noise_sd / np.sqrt(len(counts))
+    assert truth > 20 and abs(result.clipped_rows - truth) < 4 * sd + truth / 3, (result.clipped_rows, truth, sd)
+    assert result.clipping_bias_bound == pytest.approx(
+        newton.BIAS_PER_CLIPPED_ROW_HIGH * result.clipped_rows * result.grad_clip)
 
 
 @pytest.mark.parametrize("n, epsilon, expected", [(N, 4.0, True), (N, 1.0, False)])
