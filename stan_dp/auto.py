@@ -301,9 +301,11 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "hierarchical model (a group sd near 0, the group effects at their mean), where a "
               "Gaussian is not the posterior; a non-centred parametrisation may help"], attrs, stacklevel=4)
     if result.heavy_tail:
+        raised = ("" if result.clip_adjust == 1.0 else
+                  f" (the rule's bound, before the run raised it {result.clip_adjust:.2g}-fold)")
         emit([f"about {result.tail_rows:.0f} rows (released count, noise sd {result.tail_rows_sd:.2g}) "
-              f"have per-row gradients beyond {TAIL_MULTIPLE:g} times the clip bound at the private "
-              "mode, so clipping binds on them and biases the mode. Typically a heavy tail "
+              f"have per-row gradients beyond {TAIL_MULTIPLE:g} times the clip bound{raised} near the "
+              "private mode, so clipping bounds their pull and biases the mode. Typically a heavy tail "
               "(outlying predictors or outcomes): the non-private posterior is pulled by a few "
               "rows, which privacy must bound, and the private mode can be many posterior sds "
               "from it; transforming heavy-tailed predictors (e.g. log of an income), a robust "

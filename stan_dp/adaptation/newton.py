@@ -328,7 +328,8 @@ class AdaptationResult(NamedTuple):
     at 0, the group effects at their mean), where a Gaussian is not the posterior."""
     tail_rows: float
     """Released estimate of the rows whose gradient norm exceeds :data:`TAIL_MULTIPLE` times the
-    clip bound near the mode (mean over the rounds near the mode; NaN if there were none)."""
+    rule's clip bound :attr:`grad_clip` (not times the raised one) near the mode (mean over the
+    rounds near the mode; NaN if there were none)."""
     tail_rows_sd: float
     """Noise sd of :attr:`tail_rows` (``inf`` if there were no rounds near the mode)."""
     clip_adjust: float = 1.0
