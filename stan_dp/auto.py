@@ -397,15 +397,19 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                            "leaves out how far the mode may still be: the intervals are not credible "
                            "intervals")
         elif attrs["clipping_bias_bound"] > 0.0:
-            raised = ("" if attrs["adaptive_clip"] else
-                      " (the bound was kept at its rms-optimal value, as the forecast warns)")
-            consequence = (f"and the rows beyond the clip bound{raised} can bias it by about "
+            consequence = (f"and the rows beyond the clip bound can bias it by about "
                            f"{attrs['clipping_bias_bound']:.2g} more (released count; an estimate for "
                            "light-tailed rows — where a few rows' gradients lie far beyond the bound "
                            "and push one way, such as outliers moving a heavy-tailed likelihood's "
                            "tail or shape parameter, it can be several times that); the draws are "
                            "widened by the noise, not by that bias, so the intervals may be too "
                            "narrow and the mean is imprecise")
+            if not attrs["adaptive_clip"]:
+                consequence += (". The bound kept its rms-optimal value, as the forecast warns; where "
+                                "rows' gradients are skewed (a scale parameter's, a skewed "
+                                "predictor's), settings=stan_dp.adaptation.AdaptationSettings("
+                                "adaptive_clip=True) raises it near the mode, which can help "
+                                "(docs/adaptation.md §3, \"Counted in every run\")")
         else:
             consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
                            "imprecise")

@@ -288,11 +288,18 @@ def cmd_sample(args: argparse.Namespace) -> int:
                              "name a sampler (e.g. --sampler hmc) to set them")
         with _model(args) as model:
             extra = {"chains": args.chains} if args.chains is not None else {}
+            if args.adaptive_clip is not None:
+                from stan_dp.adaptation import AdaptationSettings
+
+                extra["settings"] = AdaptationSettings(adaptive_clip=args.adaptive_clip == "on")
             fit = sample(model, epsilon=args.epsilon, delta=args.delta, method=args.sampler,
                          seed=args.seed, relation=args.relation or "replace_one",
                          public_n=args.public_n, progress=not args.quiet,
                          init=read_init(args.init, model), **extra)
     else:
+        if args.adaptive_clip is not None:
+            raise ValueError(f"--adaptive-clip applies to the private adaptation of --sampler auto or "
+                             f"gaussian, not to the seed's sampler {args.sampler}")
         fn = _sampler_function(args.sampler)
         kwargs = _sampler_kwargs(fn, args)
         with _model(args) as model:
@@ -461,6 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "or one of the seeds' samplers")
     sample.add_argument("--public-n", dest="public_n", type=_positive_int, default=None,
                         help="a public row count (needed with --relation add_remove, where n is private)")
+    sample.add_argument("--adaptive-clip", dest="adaptive_clip", choices=["on", "off"], default=None,
+                        help="raise the gradient clip bound near the mode while the released count "
+                             "of clipped rows is too large (default: on exactly where the public "
+                             "forecast does not warn; 'on' can help rows with skewed gradients, "
+                             "docs/adaptation.md §3)")
     sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
     sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
     for dest, kind, text in SAMPLER_OPTIONS:

@@ -104,6 +104,14 @@ def test_sample_needs_no_sampler_option(tmp_path, data_file, capsys):
     assert "WARNINGS" in out        # n = 150 at epsilon 2 cannot buy an accurate answer, and says so
     assert main(argv + ["--clip", "2"]) == 2
     assert "--clip do not apply to --sampler auto" in capsys.readouterr().err
+    # --adaptive-clip reaches the adaptation: on/off recorded in attrs, same releases either way
+    for choice in ("on", "off"):
+        path = tmp_path / f"clip_{choice}.nc"
+        assert main(argv + ["--adaptive-clip", choice, "--output", str(path)]) == 0
+        attrs = az.from_netcdf(path).posterior.attrs
+        assert attrs["adaptive_clip"] == (choice == "on")
+        assert attrs["release_summary"] == idata.posterior.attrs["release_summary"]
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -111,6 +119,7 @@ def test_sample_needs_no_sampler_option(tmp_path, data_file, capsys):
     (["--chains", "0"], "must be at least 1"),
     (["--sampler", "magic"], "invalid choice"),
     (["--epsilon", "-2"], "epsilon"),
+    (["--adaptive-clip", "on"], "--adaptive-clip applies to the private adaptation"),
 ])
 def test_sample_errors_are_one_line(extra, message, data_file, capsys):
     argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),

@@ -178,6 +178,11 @@ def test_sample_turns_it_on_exactly_where_the_forecast_does_not_warn(n, epsilon,
     assert forecast_warned is not expected
     # on: the released counts raised the bound here (strong signal); off: never raised
     assert (fit.attrs["grad_clip_raised"] > 1.0) is expected
+    # either way the clipped rows were counted and their bias reported; off, the warning names the
+    # switch that raises the bound
+    assert fit.attrs["clipping_bias_bound"] > 0.0
+    hint = "AdaptationSettings(adaptive_clip=True)" in fit.attrs["warnings"]
+    assert hint is (not expected and fit.attrs["noise_exceed_probability"] > 0.1)
 
 
 def test_allowed_clipped_rows_is_the_bias_noise_balance():
