@@ -405,7 +405,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                            "widened by the noise, not by that bias, so the intervals may be too "
                            "narrow and the mean is imprecise")
             if not attrs["adaptive_clip"]:
-                consequence += (". The bound kept its rms-optimal value, as the forecast warns; where "
+                consequence += (". The bound kept its rms-optimal value (the default where the forecast warns); where "
                                 "rows' gradients are skewed (a scale parameter's, a skewed "
                                 "predictor's), settings=stan_dp.adaptation.AdaptationSettings("
                                 "adaptive_clip=True) raises it near the mode, which can help "
