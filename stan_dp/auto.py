@@ -410,13 +410,13 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                            f"{attrs['clipping_bias_bound']:.2g} more ({counted}; where a few rows' "
                            "gradients lie far beyond the bound and push one way, such as outliers "
                            "moving a heavy-tailed likelihood's tail or shape parameter, it can be "
-                           "several times that); the draws are "
-                           "widened by the noise, not by that bias, so the intervals may be too "
-                           "narrow and the mean is imprecise")
+                           "several times that); the draws are widened by the noise, not by that "
+                           "bias, so the intervals may be too narrow and the mean is imprecise")
             if not attrs["adaptive_clip"]:
-                consequence += (". The bound kept its rms-optimal value (the default where the forecast warns); where "
-                                "rows' gradients are skewed (a scale parameter's, a skewed "
-                                "predictor's), settings=stan_dp.adaptation.AdaptationSettings("
+                consequence += (". The bound kept its rms-optimal value (the default where the "
+                                "forecast warns); where rows' gradients are skewed (a scale "
+                                "parameter's, a skewed predictor's), "
+                                "settings=stan_dp.adaptation.AdaptationSettings("
                                 "adaptive_clip=True) raises it near the mode, which can help "
                                 "(docs/adaptation.md §3, \"Counted in every run\")")
         else:
