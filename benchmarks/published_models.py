@@ -305,7 +305,7 @@ def main(argv=None) -> None:
                     bias = float(fit.attrs.get("clipping_bias_bound", 0.0))
                     print(f"{name:9s} {n:<6d} {eps:<3g} {seed:<4d}  {worst:9.3g}  ({which:10s}) "
                           f"{floor:6.3f} {target:6.2f} {verdict:7s} {fit.attrs.get('mixed')!s:5s} "
-                          f"{noise:5.2g} {bias:5.2g} {worst / (noise + bias):9.2g} "
+                          f"{noise:5.2g} {bias:5.2g} {np.divide(worst, noise + bias):9.2g} "
                           f"{elapsed:6.1f} {ref_rhat:8.3f}", flush=True)
 
 

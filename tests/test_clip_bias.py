@@ -59,17 +59,21 @@ def test_strong_signal_rows_bias_the_clipped_root_beyond_the_released_noise():
     assert wider < shift / 3 and fewer < clipped / 3, (wider, fewer)
 
 
+def _private_mode(model: Logistic, seed: int, adaptive: bool) -> newton.AdaptationResult:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
+                                   relation="replace_one", rng_noise=np.random.default_rng(seed),
+                                   init=np.zeros(model.dim),
+                                   settings=newton.AdaptationSettings(adaptive_clip=adaptive))
+
+
 def _z_scores(adaptive: bool, seeds: range) -> tuple[np.ndarray, list[float]]:
     z, raised = [], []
-    settings = newton.AdaptationSettings(adaptive_clip=adaptive)
     for seed in seeds:
         model = _strong(seed)
         mode, _ = model.exact()
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = newton.private_mode(model, n_public=N, pld_mean=pld_mean_budget(4.0, 1e-5),
-                                         relation="replace_one", rng_noise=np.random.default_rng(seed + 2000),
-                                         init=np.zeros(model.dim), settings=settings)
+        result = _private_mode(model, seed + 2000, adaptive)
         assert result.settled
         z.extend((result.mode - mode) / np.sqrt(np.diag(result.noise_covariance)))
         raised.append(result.clip_adjust)
@@ -115,15 +119,6 @@ def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
     noisy_counts(np.random.default_rng(0), np.ones((10, 1)), np.array([0.5]), 3.0, ledger, "clipped count",
                  repeats=3)
     assert [e.sensitivity for e in ledger.entries] == [1.0, 1.0, 1.0]
-
-
-def _private_mode(model: Logistic, seed: int, adaptive: bool) -> newton.AdaptationResult:
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
-                                   relation="replace_one", rng_noise=np.random.default_rng(seed),
-                                   init=np.zeros(model.dim),
-                                   settings=newton.AdaptationSettings(adaptive_clip=adaptive))
 
 
 def test_without_adaptive_clip_the_clipped_rows_are_counted_and_steer_nothing(monkeypatch):
