@@ -5,6 +5,7 @@
 * :mod:`.quantile` — private per-coordinate quantiles by binary search on noisy counts;
 * :mod:`.far` — the far phase: sign-led steps from a start far from the posterior;
 * :mod:`.newton` — private mode and curvature in a learned frame (averaged one-step estimates);
+* :mod:`.ridge` — the ridges a released curvature matrix shows (entries beyond their noise);
 * :mod:`.whitened` — the model seen in the learned frame;
 * :mod:`.warmup` — a chain's own warm-up (DP HMC's): the averaged gradient-ascent mode search
   on released gradients and Stan's dual-averaging step size, post-processing of released values.

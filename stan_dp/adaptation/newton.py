@@ -28,7 +28,7 @@ Steps (every data access a Gaussian release written to the ledger):
    median is zero (rows mostly do not depend on it, e.g. a group effect)
    starts at scale 1.
    With ``settings.orient`` (by default where the public forecast says the
-   release can resolve it) the frame is then turned along
+   release can show a ridge) the frame is then turned along
    the principal directions of the rows' curvature (:func:`_oriented_frame`),
    so that a ridge the diagonal frame hides (an intercept and a slope on a
    predictor far from 0) is not left to the rounds.
@@ -85,6 +85,7 @@ from stan_dp.accounting import Release, sensitivity_factor
 from stan_dp.adaptation.far import FAR_ROUNDS, far_multipliers, far_phase, far_releases, planned_far_share
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
+from stan_dp.adaptation.ridge import entry_threshold, thresholded_ridges
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
 from stan_dp.aggregates import RowColumns, queries
 from stan_dp.density import prior_gradient
@@ -172,12 +173,13 @@ class AdaptationSettings(NamedTuple):
     """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
     orient: bool | None = None
     """Turn the initial frame along the rows' curvature (:func:`_oriented_frame`, two more
-    releases).  ``None``: where :func:`orientation_noise_forecast` (public) says its release can
-    resolve a ridge (:func:`planned_settings`).  Median worst error over 24 seeds (NumPy, exact
-    posterior), unoriented -> oriented: a D = 10 logistic regression with an intercept-slope
-    ridge (a predictor in metres) 15.5 -> 2.4 posterior sds (n = 1e4, epsilon = 1), a Poisson GLM
-    with it 9.3 -> 1.4 (n = 1e3, epsilon = 4); standardised predictors within noise (epsilon = 4:
-    logistic 0.53 -> 0.52, Poisson 0.42 -> 0.46); docs/adaptation.md §3 "Orientation"."""
+    releases).  ``None``: where :func:`orientation_detection_forecast` (public) says its release
+    shows a ridge's entry (:func:`planned_settings`).  Median worst error over 24 seeds (NumPy,
+    exact posterior), unoriented -> oriented: a D = 10 logistic regression with an
+    intercept-slope ridge (a predictor in metres) 15.5 -> 2.4 posterior sds (n = 1e4,
+    epsilon = 1) and 8.5 -> 1.7 (n = 1e3, epsilon = 4), a Poisson GLM with it 9.3 -> 1.4
+    (n = 1e3, epsilon = 4); standardised predictors within noise (epsilon = 4: logistic 0.53 ->
+    0.52, Poisson 0.42 -> 0.46); docs/adaptation.md §3 "Orientation"."""
     orientation_share: float = 0.025
     """Share of the adaptation budget (PLD mean) for the orientation release
     (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm);
@@ -454,13 +456,12 @@ def round_count(settings: AdaptationSettings, n_public: int, dim: int, pld_mean:
     return int(min(max(k, settings.min_rounds), settings.max_rounds))
 
 
-ORIENT_NOISE_LIMIT = 2.0 / 3.0
-""":func:`planned_settings` orients only where :func:`orientation_noise_forecast` is below this.
-The noise's spectral norm in the unit-diagonal matrix ``R`` must stay below 1 (the size of ``R``'s
-entries, :data:`RIDGE_EIGENVALUE` 0.25 apart from a ridge's): the forecast assumes the mean
-diagonal ``n / d`` and the measured ``tau_R`` is 1.3-1.6 times it (the smallest diagonal is below
-the mean): 0.55 against 0.37 (logistic D = 10, n = 1e4, epsilon = 1), 0.63-0.79 against 0.43
-(Poisson D = 5, n = 1e3, epsilon = 4), 1.3-2.4 against 1.06 (logistic, n = 1e3, epsilon = 4)."""
+ORIENT_DETECT_LIMIT = 0.5
+""":func:`planned_settings` orients only where :func:`orientation_detection_forecast` is below this:
+an entry of ``R`` at 0.75 (a pair of coordinates whose combined curvature is a quarter of their
+own, :data:`RIDGE_EIGENVALUE`) is then kept with probability ~95 % and one at 0.95 (a predictor
+in metres around 5 km and the intercept: 0.98) is kept surely.  Above it the release cannot show
+a ridge and its budget only costs."""
 
 
 ORIENT_NOISE_TARGET = 0.35
@@ -507,6 +508,19 @@ noise of 0.65 (logistic, n = 1e4, epsilon = 4, share 0.1; 12 seeds) nothing was 
 0.52 -> 0.51, rms 0.26 -> 0.27 (docs/adaptation.md §3, "The curvature's share of a round")."""
 
 
+def orientation_detection_forecast(settings: AdaptationSettings, n_public: int, dim: int,
+                                   pld_mean: float) -> float:
+    """The smallest off-diagonal entry of ``R`` the orientation keeps reliably (public).
+
+    :func:`~stan_dp.adaptation.ridge.entry_threshold` times the forecast noise
+    sd of an off-diagonal entry of ``R``: ``M``'s off-diagonal noise is
+    ``k z / sqrt(2)`` (:func:`orientation_noise_forecast`'s ``k``, ``z``) and
+    ``R`` divides it by the diagonal, about ``n / d``.
+    """
+    z = 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
+    return entry_threshold(dim) * 2.0 * z / math.sqrt(2.0) * dim / n_public
+
+
 def curvature_noise_forecast(settings: AdaptationSettings, n_public: int, dim: int,
                              pld_mean: float) -> float:
     """``tau`` of one round's curvature release in the posterior's frame (public).
@@ -531,13 +545,13 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     (0 without far rounds); where the share is 0 (planned or given) the far
     rounds are dropped from the plan.
 
-    ``orient=None`` becomes ``True`` where :func:`orientation_noise_forecast`
-    is below :data:`ORIENT_NOISE_LIMIT` (n = 1e4 and up at D = 10; n = 1e3 at
-    D = 5 and epsilon = 4, not at epsilon = 1): below that the release cannot
-    see a ridge, and its budget only costs (the Poisson GLM at n = 1e3,
-    epsilon = 1: median 5.4 -> 7.2-8.6 sds oriented).  Where the forecast is
-    below :data:`ORIENT_NOISE_TARGET`, ``orientation_share`` and
-    ``direction_share`` are scaled down until it is at the target (the noise
+    ``orient=None`` becomes ``True`` where :func:`orientation_detection_forecast`
+    is below :data:`ORIENT_DETECT_LIMIT` (d = 11: from n = 1e3 at epsilon = 4,
+    from n = 3e3 at epsilon = 1; d = 6: from n = 1e3 at epsilon = 2): above it the
+    release cannot show a ridge, and its budget only costs (the Poisson GLM at
+    n = 1e3, epsilon = 1: median 5.4 -> 7.2-8.6 sds oriented).  Where
+    :func:`orientation_noise_forecast` is below :data:`ORIENT_NOISE_TARGET`,
+    ``orientation_share`` and ``direction_share`` are scaled down until it is at the target (the noise
     goes like ``1 / sqrt(share)``): a larger budget or more rows need less of
     it to resolve ``R`` as well, and leave the rest to the rounds.  Then
     ``rounds`` by :func:`round_count`.  ``hessian_share=None`` becomes
@@ -562,7 +576,8 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     if s.orient is None:
         tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
         f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
-        s = s._replace(orient=tau < ORIENT_NOISE_LIMIT, orientation_share=s.orientation_share * f,
+        detect = orientation_detection_forecast(s, n_public, dim, pld_mean)
+        s = s._replace(orient=detect < ORIENT_DETECT_LIMIT, orientation_share=s.orientation_share * f,
                        direction_share=s.direction_share * f)
     cut = s.hessian_share is None
     if cut:
@@ -723,20 +738,31 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        norm 1: no bound to choose, sensitivity ``k``), over the coordinates
        the rows depend on.  Scaled to unit diagonal (``R = D^-1/2 M D^-1/2``)
        its eigenvectors are the principal directions of the rows' curvature.
-    2. If ``R``'s smallest eigenvalue is below :data:`RIDGE_EIGENVALUE` and
-       below ``1 - tau_R`` (beyond its noise, ``tau_R`` the noise's spectral
-       norm bound in ``R``) but not below ``-tau_R`` (far from the mode a
-       scale parameter makes rows indefinite: a varying intercept had -0.39,
-       and turning there sent its mean 277 sds off), the directions are its
-       eigenvectors (``u_k = D^-1/2 w_k``, unit length in the frame);
-       otherwise the frame's own axes.
+    2. Keep the off-diagonal entries of ``R`` beyond their noise
+       (:func:`~stan_dp.adaptation.ridge.thresholded_ridges`: a Bonferroni
+       threshold, 5 % familywise; the noise's spectral norm swamps the whole
+       of ``R`` at budgets where a ridge's single entry still stands out).  If
+       the thresholded ``R``'s smallest eigenvalue is below
+       :data:`RIDGE_EIGENVALUE` and below ``1 - tau_R`` (beyond its noise,
+       ``tau_R`` the kept entries' noise in spectral norm) but not below
+       minus the whole release's noise in spectral norm (far from the mode a
+       scale parameter makes rows indefinite: a varying intercept had -0.39
+       against 0.18, and turning there sent its mean 277 sds off; with the
+       kept entries' noise instead, a regression whose intercept starts 100
+       away from an outcome around 100, -0.3 to -0.48 against ~0.5, no longer
+       turned and its sigma ended 4-6 sds off instead of within 1.6), the
+       directions are its eigenvectors (``u_k = D^-1/2 w_k``, unit length in
+       the frame; the axes for coordinates without a kept entry); otherwise
+       the frame's own axes.
     3. A private upper quantile of the per-row curvature along every
        direction (:func:`~stan_dp.adaptation.quantile.private_quantiles`, the
-       statistic of the initial scale along ``b_k = A u_k``) gives each its
-       scale: the new frame's columns are ``b_k / sqrt(c_k)`` (``c_k`` the
-       mean curvature the quantile implies, as in the initial scale).  When
-       the frame is not turned the quantiles are released all the same (the
-       plan does not depend on the data) and the initial frame is kept.
+       statistic of the initial scale along ``b_k = A u_k``) gives each
+       turned direction its scale: the new frame's columns are
+       ``b_k / sqrt(c_k)`` (``c_k`` the mean curvature the quantile implies,
+       as in the initial scale); an axis (no kept entry) keeps the initial
+       scale.  When the frame is not turned the quantiles are released all
+       the same (the plan does not depend on the data) and the initial frame
+       is kept.
 
     The plan is the same whatever the data (one matrix release and
     ``quantile_rounds`` count releases); everything after the releases is
@@ -753,13 +779,19 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     if idx.size >= 2:
         sub = m_rel[np.ix_(idx, idx)]
         diag = np.maximum(np.diag(sub), 3.0 * sd_m)
-        r = sub / np.sqrt(np.outer(diag, diag))
-        lam, w = np.linalg.eigh(0.5 * (r + r.T))
-        # the noise's spectral norm in R (an upper bound: the smallest diagonal scales it)
-        tau_r = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
+        scaling = np.sqrt(np.outer(diag, diag))
+        # off-diagonal entries have noise sd s / sqrt(2) in M (clipped_matrix_sum)
+        ridges = thresholded_ridges(sub / scaling, sd_m / (math.sqrt(2.0) * scaling))
+        lam = ridges.eigenvalues
+        # the kept entries' noise in spectral norm (0 where none is kept: no ridge, no turn)
+        tau_r = NOISE_SPECTRAL_FACTOR * ridges.noise_norm
+        # the whole release's (an upper bound: the smallest diagonal scales it): rows indefinite
+        # beyond it mean a start far from the mode, not a ridge
+        tau_all = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
         if (np.all(np.isfinite(lam)) and tau_r < 1.0
-                and -tau_r < lam[0] < min(RIDGE_EIGENVALUE, 1.0 - tau_r)):
-            u = w / np.sqrt(diag)[:, None]
+                and -tau_all < lam.min() < min(RIDGE_EIGENVALUE, 1.0 - tau_r)):
+            ridged = ridges.in_ridge
+            u = ridges.directions / np.sqrt(diag)[:, None]
             u /= np.linalg.norm(u, axis=0)
             directions = np.zeros((d, idx.size))
             directions[idx] = u
@@ -779,6 +811,10 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     with np.errstate(all="ignore"):
         stretch = np.where(at_floor | ~np.isfinite(c) | (c <= 0.0), 1.0, 1.0 / np.sqrt(c))
     stretch = np.clip(stretch, 1e-6, 1e6)
+    # A coordinate in no ridge keeps its initial scale: that estimate counted the rows depending
+    # on it first, this one takes its tail of all n rows and finds ~0 for a coordinate few rows
+    # touch (an ordered logit's top cut point: stretched 1,350-fold, the search 240 units off).
+    stretch = np.where(ridged, stretch, 1.0)
     out = frame.copy()
     out[:, idx] = b * stretch
     return out, turned
