@@ -177,7 +177,7 @@ class AdaptationSettings(NamedTuple):
     shows a ridge's entry (:func:`planned_settings`).  Median worst error over 24 seeds (NumPy,
     exact posterior), unoriented -> oriented: a D = 10 logistic regression with an
     intercept-slope ridge (a predictor in metres) 15.5 -> 2.4 posterior sds (n = 1e4,
-    epsilon = 1) and 8.5 -> 1.7 (n = 1e3, epsilon = 4), a Poisson GLM with it 9.3 -> 1.4
+    epsilon = 1) and 8.5 -> 1.5 (n = 1e3, epsilon = 4), a Poisson GLM with it 9.3 -> 1.4
     (n = 1e3, epsilon = 4); standardised predictors within noise (epsilon = 4: logistic 0.53 ->
     0.52, Poisson 0.42 -> 0.46); docs/adaptation.md §3 "Orientation"."""
     orientation_share: float = 0.025
@@ -459,8 +459,10 @@ def round_count(settings: AdaptationSettings, n_public: int, dim: int, pld_mean:
 ORIENT_DETECT_LIMIT = 0.5
 """:func:`planned_settings` orients only where :func:`orientation_detection_forecast` is below this:
 an entry of ``R`` at 0.75 (a pair of coordinates whose combined curvature is a quarter of their
-own, :data:`RIDGE_EIGENVALUE`) is then kept with probability ~95 % and one at 0.95 (a predictor
-in metres around 5 km and the intercept: 0.98) is kept surely.  Above it the release cannot show
+own, :data:`RIDGE_EIGENVALUE`) is then kept with probability 93-95 % (d = 6-11) at the forecast
+noise, less where the smallest diagonal is below the mean (measured noise 1.3-1.6 times the
+forecast), and one at 0.95 (a predictor in metres around 5 km and the intercept: 0.98) is kept
+surely.  Above it the release cannot show
 a ridge and its budget only costs."""
 
 
@@ -718,6 +720,20 @@ the curvature its coordinates have on their own (an intercept and a predictor in
 5 km: 0.02), a ridge that the diagonal frame hides from the rounds."""
 
 
+def unit_diagonal(m: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``R = D^-1/2 M D^-1/2`` of a :func:`clipped_matrix_sum` release and its entries' noise sd.
+
+    ``D`` is ``M``'s diagonal floored at 3 noise sds (a diagonal within its
+    noise would blow the entries up).  ``M``'s off-diagonal noise sd is
+    ``s / sqrt(2)``, so ``R``'s is ``s / (sqrt(2) sqrt(D_i D_j))``, taking
+    ``D`` as fixed (its own noise is of second order).  Returns ``R``, the sd
+    matrix and ``D``.
+    """
+    diag = np.maximum(np.diag(m), 3.0 * sd)
+    scaling = np.sqrt(np.outer(diag, diag))
+    return m / scaling, sd / (math.sqrt(2.0) * scaling), diag
+
+
 def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
                     n_public: int, s: AdaptationSettings, z_orientation: float, z_direction: float,
                     rng_noise: np.random.Generator, ledger: Ledger) -> tuple[np.ndarray, bool]:
@@ -738,28 +754,29 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        norm 1: no bound to choose, sensitivity ``k``), over the coordinates
        the rows depend on.  Scaled to unit diagonal (``R = D^-1/2 M D^-1/2``)
        its eigenvectors are the principal directions of the rows' curvature.
-    2. Keep the off-diagonal entries of ``R`` beyond their noise
-       (:func:`~stan_dp.adaptation.ridge.thresholded_ridges`: a Bonferroni
-       threshold, 5 % familywise; the noise's spectral norm swamps the whole
-       of ``R`` at budgets where a ridge's single entry still stands out).  If
-       the thresholded ``R``'s smallest eigenvalue is below
-       :data:`RIDGE_EIGENVALUE` and below ``1 - tau_R`` (beyond its noise,
-       ``tau_R`` the kept entries' noise in spectral norm) but not below
-       minus the whole release's noise in spectral norm (far from the mode a
-       scale parameter makes rows indefinite: a varying intercept had -0.39
-       against 0.18, and turning there sent its mean 277 sds off; with the
-       kept entries' noise instead, a regression whose intercept starts 100
-       away from an outcome around 100, -0.3 to -0.48 against ~0.5, no longer
-       turned and its sigma ended 4-6 sds off instead of within 1.6), the
-       directions are its eigenvectors (``u_k = D^-1/2 w_k``, unit length in
-       the frame; the axes for coordinates without a kept entry); otherwise
-       the frame's own axes.
+    2. Group the coordinates that some off-diagonal entry of ``R`` beyond
+       its noise joins (:func:`~stan_dp.adaptation.ridge.thresholded_ridges`:
+       a Bonferroni threshold, 5 % familywise; the noise's spectral norm
+       swamps the whole of ``R`` at budgets where a ridge's single entry
+       still stands out).  A group turns if its block's smallest eigenvalue
+       is below :data:`RIDGE_EIGENVALUE` and below ``1 - tau_G`` (beyond its
+       noise, ``tau_G`` the block's noise in spectral norm) but not below
+       ``-tau`` (far from the mode a scale parameter makes rows indefinite:
+       a varying intercept had -0.39 against 0.18, and turning there sent
+       its mean 277 sds off), ``tau`` the whole release's noise where it is
+       below 1 (as before the groups: a regression whose intercept starts
+       100 away from an outcome around 100, -0.3 to -0.48 against ~0.5,
+       needs the turn; held to its pair's noise, 0.2, its sigma ended 4-6
+       sds off instead of within 1.6), the group's own otherwise.  A turned
+       group's directions are its block's eigenvectors
+       (``u_k = D^-1/2 w_k``, unit length in the frame); every other
+       coordinate keeps its axis.
     3. A private upper quantile of the per-row curvature along every
        direction (:func:`~stan_dp.adaptation.quantile.private_quantiles`, the
        statistic of the initial scale along ``b_k = A u_k``) gives each
        turned direction its scale: the new frame's columns are
        ``b_k / sqrt(c_k)`` (``c_k`` the mean curvature the quantile implies,
-       as in the initial scale); an axis (no kept entry) keeps the initial
+       as in the initial scale); an axis (no turned group) keeps the initial
        scale.  When the frame is not turned the quantiles are released all
        the same (the plan does not depend on the data) and the initial frame
        is kept.
@@ -776,22 +793,22 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     idx = np.flatnonzero(data_coordinates)
     directions = np.eye(d)[:, idx]
     turned = False
+    ridged = np.zeros(idx.size, dtype=bool)   # coordinates whose group of R turns
     if idx.size >= 2:
-        sub = m_rel[np.ix_(idx, idx)]
-        diag = np.maximum(np.diag(sub), 3.0 * sd_m)
-        scaling = np.sqrt(np.outer(diag, diag))
-        # off-diagonal entries have noise sd s / sqrt(2) in M (clipped_matrix_sum)
-        ridges = thresholded_ridges(sub / scaling, sd_m / (math.sqrt(2.0) * scaling))
-        lam = ridges.eigenvalues
-        # the kept entries' noise in spectral norm (0 where none is kept: no ridge, no turn)
-        tau_r = NOISE_SPECTRAL_FACTOR * ridges.noise_norm
-        # the whole release's (an upper bound: the smallest diagonal scales it): rows indefinite
-        # beyond it mean a start far from the mode, not a ridge
+        r, entry_sd, diag = unit_diagonal(m_rel[np.ix_(idx, idx)], sd_m)
+        ridges = thresholded_ridges(r, entry_sd)
+        # the whole release's noise in R (an upper bound: the smallest diagonal scales it)
         tau_all = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
-        if (np.all(np.isfinite(lam)) and tau_r < 1.0
-                and -tau_all < lam.min() < min(RIDGE_EIGENVALUE, 1.0 - tau_r)):
-            ridged = ridges.in_ridge
-            u = ridges.directions / np.sqrt(diag)[:, None]
+        for group in ridges.groups:
+            lam = ridges.eigenvalues[group]
+            tau_g = NOISE_SPECTRAL_FACTOR * float(ridges.noise_norm[group[0]])
+            # rows indefinite beyond the noise mean a start far from the mode, not a ridge;
+            # where the whole release resolves R that noise is its own (as before the groups)
+            guard = tau_all if tau_all < 1.0 else tau_g
+            ridged[group] = (np.all(np.isfinite(lam)) and tau_g < 1.0
+                             and -guard < float(lam.min()) < min(RIDGE_EIGENVALUE, 1.0 - tau_g))
+        if ridged.any():
+            u = np.where(ridged[None, :], ridges.directions, np.eye(idx.size)) / np.sqrt(diag)[:, None]
             u /= np.linalg.norm(u, axis=0)
             directions = np.zeros((d, idx.size))
             directions[idx] = u

@@ -8,9 +8,10 @@ coordinates have entries near 0.  The release's noise is the same on every
 entry, so its *spectral* norm grows like ``sd sqrt(2 d)`` and at small
 budgets swamps ``R`` (``d = 11``, ``n = 1e3``, ``epsilon = 4``: 1.3-2.4)
 while each single entry is still resolved (sd ~0.11 against a ridge's 0.98).
-Keeping only the entries beyond a Bonferroni threshold (hard thresholding, as
-for sparse covariance matrices) leaves the noise of the kept entries only:
-``~ sd sqrt(k)`` for ``k`` kept entries in a row.
+The entries beyond a Bonferroni threshold (as in hard thresholding of sparse
+covariance matrices) pick the groups of coordinates that belong together; each
+group's block of ``R`` then has the noise of a release of its own size,
+``~ sd sqrt(2 m)`` for ``m`` coordinates, not of all ``d``.
 
 Pure post-processing of a released matrix.
 """
@@ -44,55 +45,69 @@ def entry_threshold(dim: int) -> float:
 class Ridges(NamedTuple):
     """:func:`thresholded_ridges`' result (coordinates of ``R``)."""
 
-    matrix: np.ndarray
-    """``R`` with the off-diagonal entries within the threshold set to 0, and the diagonal of every
-    coordinate in no kept entry set to 1 (a diagonal floored against its noise before the scaling
-    says nothing about a ridge on its own)."""
+    groups: list[np.ndarray]
+    """The connected groups of kept entries (index arrays, two or more coordinates each)."""
     eigenvalues: np.ndarray
-    """Eigenvalues of ``matrix``, one per column of ``directions``."""
+    """Per coordinate of a group: an eigenvalue of the group's block of ``R`` (unthresholded:
+    within a group every entry counts, the small ones too); 1 for a coordinate in no group."""
     directions: np.ndarray
-    """Orthonormal eigenvectors of ``matrix``: within each connected group of kept entries its
-    block's eigenvectors, the axes elsewhere (never an arbitrary basis of a repeated eigenvalue)."""
-    noise_norm: float
-    """Scale of the kept entries' noise in spectral norm, ``s sqrt(2 k)`` (``s`` the largest kept
-    entry's noise sd, ``k`` the most entries kept in a row, diagonal included); 0 when none is kept."""
-    in_ridge: np.ndarray
-    """Whether each coordinate is in some kept entry (its direction may be turned)."""
+    """Orthonormal: within each group its block's eigenvectors, the axes elsewhere (never an
+    arbitrary basis of a repeated eigenvalue)."""
+    noise_norm: np.ndarray
+    """Per coordinate of a group: the scale of its block's noise in spectral norm,
+    ``s sqrt(2 m)`` (``s`` the largest entry noise sd in the block, ``m`` the group's size: a
+    symmetric Gaussian block of ``m`` rows); 0 for a coordinate in no group."""
 
 
 def thresholded_ridges(r: np.ndarray, entry_sd: np.ndarray) -> Ridges:
-    """Hard-threshold the off-diagonal entries of ``r`` at :func:`entry_threshold` sds.
+    """The groups of coordinates that some entry of ``r`` beyond its noise joins, and their blocks.
+
+    Off-diagonal entries within :func:`entry_threshold` noise sds of 0 only
+    decide which coordinates belong together (the connected groups of the kept
+    entries); each group's eigenvalues and eigenvectors are those of its block
+    of ``r`` as released.  Setting the small entries to 0 instead would invent
+    ridges: an intercept and three uncentred predictors (entries 0.55 to the
+    intercept, about 0.3 between the predictors, the latter within the
+    threshold) have a smallest eigenvalue of 0.30, the thresholded matrix
+    about 0.12.  A group's block has the noise of an ``m x m`` release, so a
+    ridge between two coordinates is judged against the noise of two, not of
+    all ``d``.
 
     Parameters
     ----------
     r : ndarray, shape (d, d)
-        Released symmetric matrix scaled to unit diagonal.
+        Released symmetric matrix scaled to unit diagonal (a diagonal below 1
+        where the release's diagonal was floored against its noise).
     entry_sd : ndarray, shape (d, d)
-        Noise sd of each entry of ``r``.
+        Noise sd of each off-diagonal entry of ``r``.
 
     Returns
     -------
     Ridges
     """
     r = 0.5 * (np.asarray(r, dtype=float) + np.asarray(r, dtype=float).T)
+    entry_sd = np.asarray(entry_sd, dtype=float)
     d = r.shape[0]
     off = ~np.eye(d, dtype=bool)
-    keep = off & (np.abs(r) > entry_threshold(d) * np.asarray(entry_sd, dtype=float))
-    in_block = keep.any(axis=1)
-    # a coordinate in a kept entry keeps its diagonal (below 1 where the release's diagonal was
-    # floored against its noise); one in none gets 1: alone it shows no ridge
-    matrix = np.where(keep | np.diag(in_block), r, np.eye(d))
+    # a NaN entry is not kept, and cannot join a group
+    keep = off & (np.abs(np.nan_to_num(r, nan=0.0)) > entry_threshold(d) * entry_sd)
     eigenvalues = np.ones(d)
     directions = np.eye(d)
+    noise_norm = np.zeros(d)
+    groups = []
     _, labels = connected_components(keep, directed=False)
     for label in np.unique(labels):
         idx = np.flatnonzero(labels == label)
-        if idx.size > 1:
-            lam, w = np.linalg.eigh(matrix[np.ix_(idx, idx)])
-            eigenvalues[idx] = lam
-            directions[np.ix_(idx, idx)] = w
-    noise_norm = 0.0
-    if keep.any():
-        k = int(np.max(keep.sum(axis=1))) + 1
-        noise_norm = float(np.max(np.where(keep, entry_sd, 0.0))) * math.sqrt(2.0 * k)
-    return Ridges(matrix, eigenvalues, directions, noise_norm, in_block)
+        if idx.size < 2:
+            continue
+        groups.append(idx)
+        block = r[np.ix_(idx, idx)]
+        if not np.all(np.isfinite(block)):
+            eigenvalues[idx] = np.nan   # no ridge can be read from it
+            continue
+        lam, w = np.linalg.eigh(block)
+        eigenvalues[idx] = lam
+        directions[np.ix_(idx, idx)] = w
+        block_sd = entry_sd[np.ix_(idx, idx)][~np.eye(idx.size, dtype=bool)]
+        noise_norm[idx] = float(np.max(block_sd)) * math.sqrt(2.0 * idx.size)
+    return Ridges(groups, eigenvalues, directions, noise_norm)
