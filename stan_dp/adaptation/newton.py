@@ -462,8 +462,7 @@ an entry of ``R`` at 0.75 (a pair of coordinates whose combined curvature is a q
 own, :data:`RIDGE_EIGENVALUE`) is then kept with probability 93-95 % (d = 6-11) at the forecast
 noise, less where the smallest diagonal is below the mean (measured noise 1.3-1.6 times the
 forecast), and one at 0.95 (a predictor in metres around 5 km and the intercept: 0.98) is kept
-surely.  Above it the release cannot show
-a ridge and its budget only costs."""
+surely.  Above it the release cannot show a ridge and its budget only costs."""
 
 
 ORIENT_NOISE_TARGET = 0.35
@@ -474,6 +473,11 @@ worst error, full shares -> cut shares with the initial frame kept when not turn
 Poisson GLM n = 1e4, epsilon = 1 1.34 (1.52) -> 1.24 (1.43); at epsilon = 4 0.45 (0.51) ->
 0.46 (0.50); logistic D = 10, epsilon = 4 0.54 (0.57) -> 0.52 (0.54) (unoriented: 1.29 (1.25),
 0.42 (0.45), 0.53 (0.58))."""
+
+
+def _orientation_multiplier(settings: AdaptationSettings, pld_mean: float) -> float:
+    """Noise multiplier of the orientation release: ``orientation_share`` of the PLD mean."""
+    return 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
 
 
 def orientation_noise_forecast(settings: AdaptationSettings, n_public: int, dim: int,
@@ -489,7 +493,7 @@ def orientation_noise_forecast(settings: AdaptationSettings, n_public: int, dim:
     indefinite rows a smaller one.  ``dim`` counts every coordinate (those
     the rows do not touch too), which errs high.
     """
-    z = 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
+    z = _orientation_multiplier(settings, pld_mean)
     return NOISE_SPECTRAL_FACTOR * 2.0 * z * math.sqrt(2.0 * dim) * dim / n_public
 
 
@@ -519,7 +523,7 @@ def orientation_detection_forecast(settings: AdaptationSettings, n_public: int, 
     ``k z / sqrt(2)`` (:func:`orientation_noise_forecast`'s ``k``, ``z``) and
     ``R`` divides it by the diagonal, about ``n / d``.
     """
-    z = 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
+    z = _orientation_multiplier(settings, pld_mean)
     return entry_threshold(dim) * 2.0 * z / math.sqrt(2.0) * dim / n_public
 
 
@@ -553,9 +557,10 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     release cannot show a ridge, and its budget only costs (the Poisson GLM at
     n = 1e3, epsilon = 1: median 5.4 -> 7.2-8.6 sds oriented).  Where
     :func:`orientation_noise_forecast` is below :data:`ORIENT_NOISE_TARGET`,
-    ``orientation_share`` and ``direction_share`` are scaled down until it is at the target (the noise
-    goes like ``1 / sqrt(share)``): a larger budget or more rows need less of
-    it to resolve ``R`` as well, and leave the rest to the rounds.  Then
+    ``orientation_share`` and ``direction_share`` are scaled down until it is
+    at the target (the noise goes like ``1 / sqrt(share)``): a larger budget
+    or more rows need less of it to resolve ``R`` as well, and leave the rest
+    to the rounds.  Then
     ``rounds`` by :func:`round_count`.  ``hessian_share=None`` becomes
     :data:`HESSIAN_SHARE`, cut (to at least :data:`HESSIAN_SHARE_MIN`) where
     one round's curvature noise at the planned rounds is below
@@ -613,7 +618,7 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
     out = {} if not s.orient else {
-        "orientation": 1.0 / math.sqrt(2.0 * s.orientation_share * pld_mean),
+        "orientation": _orientation_multiplier(s, pld_mean),
         "direction": math.sqrt(s.quantile_rounds / (2.0 * s.direction_share * pld_mean)),
     }
     if s.far_rounds:
