@@ -48,7 +48,8 @@ Steps (every data access a Gaussian release written to the ledger):
    returns to the secant point — then twice the distance to that point,
    grown x4 after every full step) and a public cap on each unconstrained
    coordinate (:attr:`AdaptationSettings.max_step`); the frame becomes
-   ``A_{k+1} = A_k Q Lambda^{-1/2}`` (``H = Q Lambda Q'``).
+   ``A_{k+1} = A_k Q Lambda^{-1/2} Q'`` (``H = Q Lambda Q'``; the symmetric root,
+   :func:`_next_frame`).
    Near the mode, part of each round's count releases counts the rows
    beyond the gradient bound (the clipping bias the result reports); with
    ``settings.adaptive_clip`` the bound rises while they are more than the
@@ -885,6 +886,20 @@ def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.n
     return np.clip(lam, 1e-3, 1e8), q
 
 
+def _next_frame(frame: np.ndarray, lam: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The frame ``B`` with ``B B' = A (Q diag(lam) Q')^-1 A'`` (``A`` = ``frame``): the symmetric
+    root, ``A Q diag(lam^-1/2) Q'``.
+
+    Any ``A Q diag(lam^-1/2) R`` with ``R`` orthogonal has the same ``B B'``, but the next
+    round's isotropic noise lands as ``B z``, so the choice must not depend on the basis LAPACK
+    picks for a repeated eigenvalue (every eigenvalue floored at ``min(1, tau)`` is one).  With
+    ``R = I`` it did: the sharded and in-process runs of ``tests/test_distributed.py``, whose
+    released sums differ by 1e-16, took different bases for a floored pair and ended 0.4-2.7
+    apart.  The symmetric root depends on ``Q diag(lam) Q'`` alone.
+    """
+    return frame @ ((q / np.sqrt(lam)) @ q.T)
+
+
 def _gain_floor(lam: np.ndarray, q: np.ndarray, grad: np.ndarray,
                 gain: float) -> tuple[np.ndarray, bool]:
     """Floor the step's curvature so that no eigen-direction gains more than ``gain`` (summed).
@@ -1151,7 +1166,7 @@ def private_mode(
                 new_frame = pooled.frame
             else:
                 pool.clear()
-                new_frame = frame @ (q / np.sqrt(lam))
+                new_frame = _next_frame(frame, lam, q)
             previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
                         "slope": float(grad @ (inv_frame @ move)), "near": near,
                         "length": float(np.linalg.norm(du))}
@@ -1401,7 +1416,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     noise_cov = np.linalg.pinv(precision)
     mode = noise_cov @ weighted
     diag_sd = np.sqrt(np.sum([r["hess_diag_sd"] ** 2 for r in pool], axis=0)) / len(pool)
-    root = frame @ (q / np.sqrt(lam))
+    root = _next_frame(frame, lam, q)
     dispersion, heterogeneity = math.nan, 0.0
     if random_effects and len(pool) >= 2:
         # in the pooled posterior frame F (F F' = H^-1), about the fixed-effect mode
