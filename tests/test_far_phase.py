@@ -88,7 +88,7 @@ def test_explicit_far_settings_are_kept_or_refused():
             == newton.adaptation_releases(pld, newton.AdaptationSettings(far_rounds=0), 2000, model.dim))
     # without far rounds the share need not be set
     newton.noise_multipliers(pld, newton.AdaptationSettings(rounds=8, orient=False, hessian_share=0.25,
-                                                            far_rounds=0))
+                                                            far_rounds=0, quantile_share=0.05))
     with pytest.raises(ValueError, match="far_rounds"):
         newton.planned_settings(newton.AdaptationSettings(far_rounds=-1), 2000, model.dim, pld)
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from stan_dp.adaptation import AdaptationSettings, newton
+from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
 from densities import NormalRegression
@@ -76,3 +77,58 @@ def test_a_coordinate_few_rows_depend_on_is_found_and_one_none_depend_on_is_at_t
 def test_fewer_than_two_quantile_rounds_are_refused():
     with pytest.raises(ValueError, match="quantile_rounds"):
         newton.planned_settings(AdaptationSettings(quantile_rounds=1), 1000, 3, 1.0)
+
+
+def _dense_ratio_extremes(share: float, seeds: range) -> tuple[np.ndarray, np.ndarray]:
+    """Initial scale / exact sd of a normal regression's 11 dense coefficients at n = 1e3,
+    epsilon = 1, with the count noise the plan gives ``share`` (largest and smallest per seed)."""
+    d = 12   # intercept, 10 standard normal predictors, log sigma
+    pld = pld_mean_budget(1.0, 1e-5)
+    settings = newton.planned_settings(AdaptationSettings(quantile_share=share), N, d, pld)
+    z = newton.noise_multipliers(pld, settings)["scale"]
+    top, bottom = [], []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        x = np.column_stack([np.ones(N), rng.normal(size=(N, d - 2))])
+        model = NormalRegression(x, x @ np.linspace(-0.5, 0.5, d - 1) + rng.normal(size=N))
+        scale, _ = newton._initial_scale(queries(model), np.zeros(d), N, AdaptationSettings(), z,
+                                         np.random.default_rng(seed), Ledger("replace_one"), "scale count")
+        ratio = scale[:d - 1] * np.sqrt(np.sum(x**2, axis=0))   # truth 1 / sqrt(sum x^2) at sigma = 1
+        top.append(ratio.max())
+        bottom.append(ratio.min())
+    return np.array(top), np.array(bottom)
+
+
+def test_the_planned_share_keeps_the_tail_off_the_median_and_every_frame_on_its_scale():
+    # At n = 1e3, epsilon = 1, d = 12 the share 0.05 gives count noise 200 rows and forces the
+    # tail to the median, where a count ~1 noise sd high finds a quantile decades below it: 11 of
+    # these 24 seeds had some coordinate 8.7-3e4 times too wide (at the floor or the bottom of the
+    # range).  The planned share (0.25 here: the tail 0.33) kept every coordinate within 0.64-1.4.
+    pld = pld_mean_budget(1.0, 1e-5)
+    planned = newton.planned_settings(AdaptationSettings(), N, 12, pld)
+    assert planned.quantile_share == newton.QUANTILE_SHARE_MAX
+    top, bottom = _dense_ratio_extremes(newton.QUANTILE_SHARE_MAX, range(24))
+    assert np.all(top < 2.0) and np.all(bottom > 0.5), (top, bottom)
+    old_top, _ = _dense_ratio_extremes(newton.QUANTILE_SHARE, range(24))
+    assert np.sum(old_top > 3.0) >= 6, old_top
+
+
+@pytest.mark.parametrize("n, dim, eps", [(1000, 11, 1.0), (1000, 6, 1.0), (1000, 11, 2.0), (434, 4, 4.0),
+                                         (300, 6, 4.0), (40, 3, 4.0), (10_000, 11, 1.0), (1000, 11, 4.0)])
+def test_the_planned_share_is_the_least_that_keeps_the_tail_at_the_planned_fraction(n, dim, eps):
+    pld = pld_mean_budget(eps, 1e-5)
+    planned = newton.planned_settings(AdaptationSettings(), n, dim, pld)
+    share = planned.quantile_share
+    assert newton.QUANTILE_SHARE <= share <= newton.QUANTILE_SHARE_MAX
+    z = newton.noise_multipliers(pld, planned)["scale"]
+    # independent of the plan's algebra: the count noise sd the releases will have, in rows
+    tail = newton.SCALE_TAIL_SDS * z * np.sqrt(dim) / n
+    if newton.QUANTILE_SHARE < share < newton.QUANTILE_SHARE_MAX:   # binding: exactly at the fraction
+        assert tail == pytest.approx(newton.PLANNED_SCALE_TAIL, rel=1e-9)
+    elif share == newton.QUANTILE_SHARE:   # the rows suffice at the default share
+        assert tail <= newton.PLANNED_SCALE_TAIL
+    else:   # capped: the rest of the budget goes to the rounds
+        assert tail > newton.PLANNED_SCALE_TAIL
+    # an explicit share is kept
+    explicit = newton.planned_settings(AdaptationSettings(quantile_share=0.07), n, dim, pld)
+    assert explicit.quantile_share == 0.07

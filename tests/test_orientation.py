@@ -49,7 +49,8 @@ def _diagonal_frame(model: Logistic) -> np.ndarray:
 
 
 def _orient(model: Logistic, frame: np.ndarray, relation: str = "replace_one", seed: int = 0):
-    settings = ORIENT._replace(rounds=10, hessian_share=newton.HESSIAN_SHARE, far_rounds=0)
+    settings = ORIENT._replace(rounds=10, hessian_share=newton.HESSIAN_SHARE, far_rounds=0,
+                               quantile_share=newton.QUANTILE_SHARE)
     z = newton.noise_multipliers(pld_mean_budget(1.0, 1e-5), settings)
     ledger = Ledger(relation)
     out, turned = newton._oriented_frame(queries(model), np.zeros(model.dim), frame,
@@ -171,8 +172,8 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
                             (434, 11, 4.0, False)):
         m = pld_mean_budget(eps, 1e-5)
         planned = newton.planned_settings(default, n, dim, m)
-        z = newton.noise_multipliers(m, default._replace(orient=True, rounds=1, hessian_share=0.25,
-                                                          far_rounds=0))["orientation"]
+        unplanned = default._replace(orient=True, rounds=1, hessian_share=0.25, far_rounds=0, quantile_share=0.05)
+        z = newton.noise_multipliers(m, unplanned)["orientation"]
         forecast = 1.5 * 2 * z * math.sqrt(2 * dim) * dim / n
         detect = stats.norm.isf(0.05 / (dim * (dim - 1))) * 2 * z / math.sqrt(2) * dim / n
         assert math.isclose(newton.orientation_noise_forecast(default, n, dim, m), forecast)

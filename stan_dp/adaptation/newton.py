@@ -100,6 +100,7 @@ __all__ = [
     "adaptation_releases",
     "round_count",
     "scale_tail",
+    "planned_quantile_share",
 ]
 
 
@@ -133,6 +134,45 @@ def scale_tail(n_public, dim: int, noise_multiplier: float):
     return float(tail) if tail.ndim == 0 else tail
 
 
+QUANTILE_SHARE = 0.05
+"""Share of the adaptation budget (PLD mean) for the initial scale where the rows are many enough
+(:func:`planned_quantile_share`)."""
+QUANTILE_SHARE_MAX = 0.25
+"""Largest share :func:`planned_quantile_share` gives the initial scale."""
+PLANNED_SCALE_TAIL = 0.3
+"""Largest tail fraction :func:`planned_quantile_share` lets :func:`scale_tail` force on the
+initial scale's search (a budget permitting)."""
+
+
+def planned_quantile_share(n_public: int, dim: int, pld_mean: float, quantile_rounds: int) -> float:
+    """Share of the adaptation budget for the initial scale, from public facts.
+
+    :data:`QUANTILE_SHARE`, raised (to at most :data:`QUANTILE_SHARE_MAX`)
+    until :func:`scale_tail` is at most :data:`PLANNED_SCALE_TAIL`, i.e. until
+    ``SCALE_TAIL_SDS`` count-noise sds are at most that fraction of the rows:
+    ``z sqrt(dim) <= PLANNED_SCALE_TAIL n / SCALE_TAIL_SDS`` with
+    ``z = sqrt(quantile_rounds / (2 share pld_mean))`` (:func:`noise_multipliers`).
+
+    Why: where the count noise pushes the tail to the cap of one half, the
+    search finds the rows' median curvature to within about one count-noise sd
+    of rows, and the lower side of that error is unbounded in scale.  Per-row
+    GLM curvatures ``w x^2`` (``x^2 ~ chi2_1``) with 99 % of the rows above the
+    threshold instead of 50 % put it 2,800 times below the median, a frame
+    ``sqrt(2800) ~ 50`` times too wide along that coordinate, where every
+    round's noise lands.  At n = 1e3, epsilon = 1, D = 11 (count-noise sd 192
+    rows at the share 0.05) 8 of 24 NumPy seeds of a standardised logistic
+    regression had some coordinate's frame 3.2-12 times its posterior sd, and
+    those runs ended 9-510 sds off; with the share raised to 0.25 every frame
+    was within 0.39-1.09 of it and the worst error at most 9.8 (median 10.7 ->
+    7.4; docs/adaptation.md §3, "Initial scale").  With the defaults it binds only
+    where n is small for the budget (n = 1e3: epsilon <= 2 at D = 11, epsilon
+    = 1 at D >= 3).
+    """
+    z_max = PLANNED_SCALE_TAIL * n_public / (SCALE_TAIL_SDS * math.sqrt(dim))
+    need = quantile_rounds / (2.0 * pld_mean * z_max**2)
+    return float(min(QUANTILE_SHARE_MAX, max(QUANTILE_SHARE, need)))
+
+
 NOISE_SPECTRAL_FACTOR = 1.5
 """``tau = NOISE_SPECTRAL_FACTOR * s * sqrt(2 d)``: a symmetric Gaussian noise matrix with
 diagonal sd ``s`` and off-diagonal ``s / sqrt(2)`` has spectral norm ``~ s sqrt(2 d)``."""
@@ -161,8 +201,9 @@ class AdaptationSettings(NamedTuple):
     all at 1.5), 0.32 -> 0.26 (epsilon = 4), 0.50 -> 0.39 (n = 1e5, epsilon = 1); a varying-intercept
     model (n = 3000, epsilon = 4) went from 40-200 sd off and unsettled to settled within 1-4 sd.
     At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
-    quantile_share: float = 0.05
-    """Share of the adaptation budget (PLD mean) for the initial scale."""
+    quantile_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the initial scale; ``None``:
+    :func:`planned_quantile_share` (0.05 unless the rows are too few for its count noise)."""
     far_rounds: int = FAR_ROUNDS
     """Rounds of the far phase before the Newton rounds (:mod:`stan_dp.adaptation.far`; 0: none)."""
     far_share: float | None = None
@@ -545,8 +586,11 @@ def curvature_noise_forecast(settings: AdaptationSettings, n_public: int, dim: i
 
 def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
                      pld_mean: float) -> AdaptationSettings:
-    """``settings`` with ``far_share``, ``orient``, ``hessian_share`` and ``rounds`` fixed from public
-    facts (the plan).
+    """``settings`` with ``quantile_share``, ``far_share``, ``orient``, ``hessian_share`` and ``rounds``
+    fixed from public facts (the plan).
+
+    ``quantile_share=None`` becomes :func:`planned_quantile_share` (first: the
+    rest of the plan shares what it leaves).
 
     ``far_share=None`` becomes :func:`~stan_dp.adaptation.far.planned_far_share`
     (0 without far rounds); where the share is 0 (planned or given) the far
@@ -576,6 +620,8 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     if not isinstance(s.quantile_rounds, numbers.Integral) or s.quantile_rounds < 2:
         raise ValueError("settings.quantile_rounds must be an integer of at least 2 (one count of the rows "
                          "each coordinate depends on, then the quantile search)")
+    if s.quantile_share is None:
+        s = s._replace(quantile_share=planned_quantile_share(n_public, dim, pld_mean, s.quantile_rounds))
     if s.far_share is None:
         share = planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds else 0.0
         s = s._replace(far_share=share)
@@ -612,11 +658,11 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     (:func:`~stan_dp.adaptation.far.far_multipliers`).
     """
     s = settings
-    if s.rounds is None or s.orient is None or s.hessian_share is None:   # far_share: rounds_share
+    if s.rounds is None or s.orient is None or s.hessian_share is None:   # the rest: rounds_share
         raise ValueError("settings.rounds, settings.orient and settings.hessian_share must be set "
                          "(see planned_settings)")
+    m_round = rounds_share(s) * pld_mean / s.rounds   # checks quantile_share
     m_quantile = s.quantile_share * pld_mean
-    m_round = rounds_share(s) * pld_mean / s.rounds
     m_data = m_round * (1.0 - s.clip_share)
     out = {} if not s.orient else {
         "orientation": _orientation_multiplier(s, pld_mean),
@@ -635,8 +681,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
 def rounds_share(settings: AdaptationSettings) -> float:
     """Share of the adaptation budget (PLD mean) left for the Newton rounds (public)."""
     s = settings
-    if s.orient is None:
-        raise ValueError("settings.orient must be set (see planned_settings)")
+    if s.orient is None or s.quantile_share is None:
+        raise ValueError("settings.orient and settings.quantile_share must be set (see planned_settings)")
     shares = (s.quantile_share, s.orientation_share, s.direction_share) if s.orient else (s.quantile_share,)
     if s.far_rounds:
         if s.far_share is None:
