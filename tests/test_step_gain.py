@@ -66,10 +66,10 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range():
     # tail to 0.5, and the count of the rows that depend on ``male`` is often unresolved (its
     # scale is then 1, ~20 times too wide; tests/test_initial_scale.py).  The cap is the backstop
     # for such a frame, so the test keeps that share.  Over 32 seeds without the cap sigma ended
-    # at 0 to 14 times its posterior mean in 4 and 7 runs ended beyond 1e3 posterior sds; with it
-    # sigma stayed within 0.55-1.92 times and 2 runs ended beyond 1e3 (median worst error 17 ->
-    # 14).  With the planned share (0.10 here) the frames are mostly right: 3 and 1 runs with
-    # sigma out of range, 1 and 0 beyond 1e3 (2,835 -> 361 at the worst; median 14 -> 12).
+    # outside 0.5-2 times its posterior mean in 3 runs and 5 runs ended beyond 1e3 posterior sds
+    # (up to 2e4); with it sigma stayed within that range and no run went beyond 1e3 (median worst
+    # error 19 -> 17).  With the planned share (0.10 here) the frames are mostly right: 3 and 1
+    # runs with sigma out of range, 1 and 0 beyond 1e3 (median 14 -> 12).
     sigma_ratio, worst = {}, {}
     for gain in (math.inf, 100.0):
         ratios, errors = [], []
@@ -84,10 +84,10 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range():
             errors.append(float(np.max(np.abs(est - mean) / sd)))
             assert fit.attrs["warnings"]   # n = 1e3, epsilon = 1: the forecast warns, always
         sigma_ratio[gain], worst[gain] = np.array(ratios), np.array(errors)
-    assert np.sum((sigma_ratio[math.inf] < 0.5) | (sigma_ratio[math.inf] > 2.0)) >= 3
+    assert np.sum((sigma_ratio[math.inf] < 0.5) | (sigma_ratio[math.inf] > 2.0)) >= 2
     assert np.all((sigma_ratio[100.0] > 0.5) & (sigma_ratio[100.0] < 2.0)), sigma_ratio[100.0]
-    assert np.sum(worst[math.inf] > 1e3) >= 5
-    assert np.sum(worst[100.0] > 1e3) <= 3, worst[100.0]
+    assert np.sum(worst[math.inf] > 1e3) >= 4
+    assert np.sum(worst[100.0] > 1e3) <= 1, worst[100.0]
 
 
 def test_the_cap_is_inert_where_the_start_is_within_reach():

@@ -115,6 +115,9 @@ SCALE_TAIL_SDS = 3.7
 DEPENDING_SDS = 3.0
 """A coordinate counts as depending on the rows (:func:`_initial_scale`) only where its released
 count of depending rows is beyond this many noise sds."""
+DEPENDING_LOWER_SDS = 2.0
+"""The initial scale's tail holds at most half of the released count of depending rows less this
+many noise sds (a lower bound on the rows that depend on the coordinate: :func:`_initial_scale`)."""
 
 
 def scale_tail(n_public, dim: int, noise_multiplier: float):
@@ -981,7 +984,13 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     The frame still divides by all ``n`` rows (as if every row depended on
     the coordinate), so for a sparse one it errs narrow, the safe side.  A
     coordinate whose count of depending rows is within
-    :data:`DEPENDING_SDS` noise sds of 0 is at the floor (scale 1).
+    :data:`DEPENDING_SDS` noise sds of 0 is at the floor (scale 1).  The cap
+    at half is half of ``m_j - DEPENDING_LOWER_SDS`` noise sds, not of the
+    released ``m_j``: a count high by noise put the target beyond the rows
+    really there, and the search then found a threshold among the rows that
+    do not depend on the coordinate (curvature ~0; a frame up to the scale's
+    clip, 1e3, and in an ordered logistic regression a first step of 1e6
+    along its top cut point's log increment).
     """
     d = theta.size
     # Per-row values are computed and kept where the rows live (in this
@@ -994,8 +1003,14 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     # ---- post-processing of the released counts ----
     count_sd = z * math.sqrt(d)
     m = np.clip(depending, 1.0, float(n_public))
-    tail = scale_tail(m, d, z)   # of the m_j depending rows
-    t, at_floor = private_quantiles(rng_noise, cols, tail=tail * m / n_public, n_public=n_public,
+    # rows the tail should hold (scale_tail), at most half of the rows that surely depend on the
+    # coordinate: a count high by noise must not put the target beyond the rows really there
+    need = np.maximum(SCALE_TAIL * m, SCALE_TAIL_SDS * count_sd)
+    half = 0.5 * np.clip(depending - DEPENDING_LOWER_SDS * count_sd, 1.0, float(n_public))
+    capped = need > half
+    target = np.where(capped, half, need)
+    tail = np.where(capped, 0.5, need / m)   # of the m_j depending rows
+    t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
                                     rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
                                     what=what)
     del curv_stat, cols  # the rows' statistic is dropped where it lives
