@@ -167,7 +167,7 @@ def planned_quantile_share(n_public: int, dim: int, pld_mean: float, quantile_ro
     regression had some coordinate's frame 3.2-12 times its posterior sd, and
     those runs ended 9-510 sds off; with the share raised to 0.25 every frame
     was within 0.39-1.09 of it and the worst error at most 9.8 (median 10.7 ->
-    7.4; docs/adaptation.md §3, "Initial scale").  With the defaults it binds only
+    7.5; docs/adaptation.md §3, "Initial scale").  With the defaults it binds only
     where n is small for the budget (n = 1e3: epsilon <= 2 at D = 11, epsilon
     = 1 at D >= 3).
     """
