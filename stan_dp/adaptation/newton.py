@@ -120,11 +120,17 @@ DEPENDING_LOWER_SDS = 2.0
 many noise sds (a lower bound on the rows that depend on the coordinate: :func:`_initial_scale`)."""
 
 
-def scale_tail(n_public, dim: int, noise_multiplier: float):
-    """Tail fraction of the initial scale search: at least 3.7 count-noise sds of rows.
+def tail_rows(rows, dim: int, noise_multiplier: float) -> np.ndarray:
+    """Rows the scale search's tail should hold, of ``rows``: ``SCALE_TAIL`` of them, and at least
+    ``SCALE_TAIL_SDS`` count-noise sds (``noise_multiplier * sqrt(dim)``; :func:`scale_tail`)."""
+    sd = noise_multiplier * math.sqrt(dim)
+    return np.maximum(SCALE_TAIL * np.asarray(rows, dtype=float), SCALE_TAIL_SDS * sd)
 
-    ``n_public`` may be an array (the rows each coordinate depends on,
-    :func:`_initial_scale`); the fraction is then per coordinate.
+
+def scale_tail(n_public, dim: int, noise_multiplier: float):
+    """Tail fraction of the initial scale search: at least 3.7 count-noise sds of rows, at most half.
+
+    ``n_public`` may be an array; the fraction is then per column.
 
     The binary search compares a noisy count with ``tail * n``; at a threshold
     above every row the count is 0, and a noise draw above the target would
@@ -132,8 +138,8 @@ def scale_tail(n_public, dim: int, noise_multiplier: float):
     noise sds (``noise_multiplier * sqrt(d)``) that happens with probability
     ``1e-4`` per round.  Public.
     """
-    sd = noise_multiplier * math.sqrt(dim)
-    tail = np.minimum(0.5, np.maximum(SCALE_TAIL, SCALE_TAIL_SDS * sd / np.asarray(n_public, dtype=float)))
+    n = np.asarray(n_public, dtype=float)
+    tail = np.minimum(0.5, tail_rows(n, dim, noise_multiplier) / n)
     return float(tail) if tail.ndim == 0 else tail
 
 
@@ -1003,13 +1009,14 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     # ---- post-processing of the released counts ----
     count_sd = z * math.sqrt(d)
     m = np.clip(depending, 1.0, float(n_public))
-    # rows the tail should hold (scale_tail), at most half of the rows that surely depend on the
-    # coordinate: a count high by noise must not put the target beyond the rows really there
-    need = np.maximum(SCALE_TAIL * m, SCALE_TAIL_SDS * count_sd)
+    # rows the tail should hold, at most half of the rows that surely depend on the coordinate: a
+    # count high by noise must not put the target beyond the rows really there.  The tail is then
+    # taken as the median of those rows (as if fewer rows depended on it: the narrow side)
+    need = tail_rows(m, d, z)
     half = 0.5 * np.clip(depending - DEPENDING_LOWER_SDS * count_sd, 1.0, float(n_public))
     capped = need > half
     target = np.where(capped, half, need)
-    tail = np.where(capped, 0.5, need / m)   # of the m_j depending rows
+    tail = np.where(capped, 0.5, need / m)   # fraction of the m_j depending rows above t
     t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
                                     rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
                                     what=what)
