@@ -30,10 +30,17 @@ def _pld(releases) -> float:
     return sum(r.count / (2.0 * r.noise_multiplier**2) for r in releases)
 
 
+@pytest.mark.parametrize("first_boost", [1.0, 2.5, far.FIRST_MEDIAN_BOOST_MAX])
 @pytest.mark.parametrize("pld, rounds, quantile_rounds", [(0.04, 10, 12), (0.5, 3, 12), (2.0, 1, 7)])
-def test_the_far_plan_spends_exactly_its_share(pld, rounds, quantile_rounds):
-    plan = far.far_releases(pld, rounds, quantile_rounds)
+def test_the_far_plan_spends_exactly_its_share(pld, rounds, quantile_rounds, first_boost):
+    plan = far.far_releases(pld, rounds, quantile_rounds, first_boost)
     assert math.isclose(_pld(plan), pld, rel_tol=1e-12)
+    z = far.far_multipliers(pld, rounds, quantile_rounds, first_boost)
+    # the first median gets first_boost times a later median's budget (FIRST_MEDIAN_ROUNDS counts
+    # against MEDIAN_ROUNDS)
+    first = far.FIRST_MEDIAN_ROUNDS / (2 * z["far first median"] ** 2)
+    later = far.MEDIAN_ROUNDS / (2 * z["far median"] ** 2)
+    assert math.isclose(first, first_boost * later, rel_tol=1e-12)
     assert sum(r.count for r in plan) == (quantile_rounds + far.FIRST_MEDIAN_ROUNDS
                                           + far.MEDIAN_ROUNDS * (rounds - 1) + rounds)
 
@@ -213,3 +220,64 @@ def test_vote_rows_are_bounded_and_absolute_gradients_count_nan_as_above():
     assert np.all(np.linalg.norm(v, axis=1) <= math.sqrt(3) + 1e-12)
     a = far._abs_gradient_rows(Rows(), np.zeros(3))
     assert a[1, 2] == np.inf and a[0, 1] == 3.0 and np.all(a >= 0)
+
+
+@pytest.mark.parametrize("n, dim, eps", [(434, 4, 4.0), (1000, 11, 4.0), (1000, 6, 4.0), (3000, 11, 1.0),
+                                         (1000, 4, 4.0), (10_000, 11, 4.0)])
+def test_the_first_median_gets_the_budget_that_puts_half_the_rows_beyond_its_noise(n, dim, eps):
+    pld = pld_mean_budget(eps, 1e-5)
+    planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
+    assert planned.far_rounds > 0
+    boost = planned.far_first_boost
+    assert 1.0 <= boost <= far.FIRST_MEDIAN_BOOST_MAX
+    z = newton.noise_multipliers(pld, planned)["far first median"]
+    gap = (n / 2) / (z * math.sqrt(dim))   # count-noise sds between n / 2 and 0 (or n)
+    if 1.0 < boost < far.FIRST_MEDIAN_BOOST_MAX:
+        assert gap == pytest.approx(far.FIRST_MEDIAN_GAP_SDS, rel=1e-9)
+    elif boost == 1.0:
+        assert gap >= far.FIRST_MEDIAN_GAP_SDS
+    else:
+        assert gap < far.FIRST_MEDIAN_GAP_SDS
+    # the plan still spends exactly the far share
+    releases = far.far_releases(planned.far_share * pld, planned.far_rounds, planned.quantile_rounds, boost)
+    assert math.isclose(_pld(releases), planned.far_share * pld, rel_tol=1e-12)
+    explicit = newton.planned_settings(newton.AdaptationSettings(far_first_boost=1.0), n, dim, pld)
+    assert explicit.far_first_boost == 1.0
+    with pytest.raises(ValueError, match="far_first_boost"):
+        newton.noise_multipliers(pld, planned._replace(far_first_boost=None))
+    with pytest.raises(ValueError, match="first_boost"):
+        far.far_multipliers(pld, 10, 12, 0.5)
+
+
+def test_at_434_rows_the_boosted_first_median_is_not_decades_off():
+    # kidiq-like rows at the start (sigma = 1 under an outcome around 100 +- 18): the first median
+    # of |g_ij| over the whole search range, at the far phase's planned noise (434 rows, D = 4,
+    # epsilon = 4).  Unboosted, half the rows are 1.8 count-noise sds from 0 and from n, and 24 of
+    # these 48 draws put some coordinate's median more than 10 times off (up to 1e8, or at the
+    # range's floor); boosted (x4, 3.5 sds) 4.
+    from densities import NormalRegression
+
+    n, dim = 434, 4
+    rng = np.random.default_rng(0)
+    hs = rng.binomial(1, 0.79, n).astype(float)
+    iq = rng.normal(100, 15, n)
+    model = NormalRegression(np.column_stack([np.ones(n), hs, iq]), 26 + 6 * hs + 0.6 * iq + rng.normal(0, 18, n))
+    g = np.abs(model.row_log_lik_grad(np.zeros(dim))[1])
+    truth = np.median(g, axis=0)
+    pld = pld_mean_budget(4.0, 1e-5)
+    planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
+    assert planned.far_first_boost == far.FIRST_MEDIAN_BOOST_MAX
+    off = {}
+    for boost in (1.0, planned.far_first_boost):
+        z = far.far_multipliers(planned.far_share * pld, planned.far_rounds, planned.quantile_rounds,
+                                boost)["far first median"]
+        bad = 0
+        for seed in range(48):
+            b, _ = private_quantiles(np.random.default_rng(seed), g, tail=0.5, n_public=n,
+                                     rounds=far.FIRST_MEDIAN_ROUNDS, noise_multiplier=z,
+                                     ledger=Ledger("replace_one"), what="far first median count")
+            ratio = b / truth
+            bad += bool(np.any((ratio > 10.0) | (ratio < 0.1)))
+        off[boost] = bad
+    assert off[1.0] >= 12, off
+    assert off[planned.far_first_boost] <= 6, off

@@ -83,7 +83,8 @@ import numpy as np
 from scipy import optimize, stats
 
 from stan_dp.accounting import Release, sensitivity_factor
-from stan_dp.adaptation.far import FAR_ROUNDS, far_multipliers, far_phase, far_releases, planned_far_share
+from stan_dp.adaptation.far import (FAR_ROUNDS, far_multipliers, far_phase, far_releases, planned_far_share,
+                                    planned_first_median_boost)
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
 from stan_dp.adaptation.ridge import entry_threshold, thresholded_ridges
@@ -220,6 +221,10 @@ class AdaptationSettings(NamedTuple):
     ``None``: :func:`~stan_dp.adaptation.far.planned_far_share` (at most ``FAR_SHARE`` = 0.1, cut
     where the rows are many enough to resolve the votes with less; none where they are too few to
     resolve them at all)."""
+    far_first_boost: float | None = None
+    """Factor on the far phase's first median budget (:func:`~stan_dp.adaptation.far.far_multipliers`);
+    ``None``: :func:`~stan_dp.adaptation.far.planned_first_median_boost` (1 unless the rows are too few
+    for its count noise)."""
     quantile_rounds: int = 12
     """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
     orient: bool | None = None
@@ -603,7 +608,9 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
 
     ``far_share=None`` becomes :func:`~stan_dp.adaptation.far.planned_far_share`
     (0 without far rounds); where the share is 0 (planned or given) the far
-    rounds are dropped from the plan.
+    rounds are dropped from the plan.  ``far_first_boost=None`` becomes
+    :func:`~stan_dp.adaptation.far.planned_first_median_boost` (1 without far
+    rounds).
 
     ``orient=None`` becomes ``True`` where :func:`orientation_detection_forecast`
     is below :data:`ORIENT_DETECT_LIMIT` (d = 11: from n = 1e3 at epsilon = 4,
@@ -636,6 +643,10 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
         s = s._replace(far_share=share)
     if s.far_share == 0.0:   # no budget, no far rounds (explicit or planned)
         s = s._replace(far_rounds=0)
+    if s.far_first_boost is None:
+        boost = (planned_first_median_boost(n_public, dim, s.far_share * pld_mean, s.far_rounds)
+                 if s.far_rounds else 1.0)
+        s = s._replace(far_first_boost=boost)
     if s.orient is None:
         tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
         f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
@@ -678,7 +689,9 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
         "direction": math.sqrt(s.quantile_rounds / (2.0 * s.direction_share * pld_mean)),
     }
     if s.far_rounds:
-        out |= far_multipliers(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds)
+        if s.far_first_boost is None:
+            raise ValueError("settings.far_first_boost must be set with far_rounds (see planned_settings)")
+        out |= far_multipliers(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
     return out | {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
@@ -710,7 +723,8 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     s = planned_settings(settings, n_public, dim, pld_mean)
     z = noise_multipliers(pld_mean, s)
     oriented = [Release(z["orientation"], 1), Release(z["direction"], s.quantile_rounds)] if s.orient else []
-    far = far_releases(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds) if s.far_rounds else []
+    far = (far_releases(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
+           if s.far_rounds else [])
     return [*far, Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
