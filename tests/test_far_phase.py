@@ -6,7 +6,8 @@ medians; from a scale parameter started at 1 under data around 100 +- 18 it
 brings sigma to the right order of magnitude, and the whole search then
 settles near the exact posterior; started at the mode of a GLM it stays
 within a few posterior sds; on a ridge with an exponential link (a Poisson
-GLM with a predictor in metres) it does not run away.
+GLM with a predictor in metres) it does not run away; its first median gets
+the budget that keeps it from landing decades off at 434 rows.
 """
 
 from __future__ import annotations
