@@ -160,3 +160,53 @@ def test_the_result_and_attrs_report_the_dispersion():
     assert fit.attrs["search_settled"]
     assert 0.2 < fit.attrs["round_dispersion"] < 3.0, fit.attrs["round_dispersion"]
     assert not fit.attrs["random_effects_pooling"]
+
+
+def test_the_next_frame_widens_no_direction_by_more_than_the_cap_and_nothing_else_changes():
+    """The pool's next frame is the root of its curvature where that widens the current frame by
+    at most ``POOL_FRAME_GROWTH`` a round, and capped there; its curvature, mode and noise are the
+    uncapped ones (the direct computation)."""
+    rng = np.random.default_rng(5)
+    pool, covs = _pool(rng)
+    root_h_inv = np.linalg.cholesky(np.linalg.inv(H))   # a frame in which H is the identity
+    g = newton.POOL_FRAME_GROWTH
+    for narrow in (1.1, 10.0):   # the current frame narrower than the posterior by this factor
+        frame = root_h_inv / narrow
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pooled = newton._pooled_estimate(pool, frame)
+        np.testing.assert_allclose(pooled.curvature, H, rtol=1e-9)
+        mode, cov, _ = _direct(pool, covs, 0.0)
+        np.testing.assert_allclose(pooled.mode, mode, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(pooled.noise_cov, cov, rtol=1e-9, atol=1e-14)
+        inv = np.linalg.inv(frame)
+        growth = np.sqrt(np.linalg.eigvalsh(inv @ pooled.frame @ pooled.frame.T @ inv.T))
+        if narrow == 1.1:   # within the cap (1.1 < 1.25): the root, B B' = H^-1
+            np.testing.assert_allclose(pooled.frame @ pooled.frame.T, np.linalg.inv(H), rtol=1e-9)
+            np.testing.assert_allclose(growth, narrow, rtol=1e-9)
+        else:               # 10 times too narrow: every direction widened by the cap, not by 10
+            assert 1.1 < g < narrow
+            np.testing.assert_allclose(growth, g, rtol=1e-9)
+
+
+def test_the_earnings_like_run_whose_pooled_frame_ran_away_now_settles():
+    """The seed that motivated the cap (1,059 rows, epsilon = 4): its pooled frame grew 1.5-1.7
+    times a round past the posterior's scale and the run ended 6,090 sds off (warned); capped it
+    ends 2.5.  Uncapped (a growth cap of 1e6) the runaway is still there, so this is the cap."""
+    from test_step_gain import _earnings_like, _fit
+
+    model = _earnings_like(1059, 8)
+    mean, sd = model.exact()
+
+    def worst(fit) -> float:
+        est = np.r_[fit.posterior["beta"].values.reshape(-1, 3).mean(axis=0),
+                    fit.posterior["log_sigma"].values.mean()]
+        return float(np.max(np.abs(est - mean) / sd))
+
+    assert worst(_fit(model, 4.0, 508)) < 5.0
+    original = newton.POOL_FRAME_GROWTH
+    try:
+        newton.POOL_FRAME_GROWTH = 1e6
+        assert worst(_fit(model, 4.0, 508)) > 100.0
+    finally:
+        newton.POOL_FRAME_GROWTH = original
