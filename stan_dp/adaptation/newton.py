@@ -1514,11 +1514,11 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     noise_cov = np.linalg.pinv(precision)
     mode = noise_cov @ weighted
     diag_sd = np.sqrt(np.sum([r["hess_diag_sd"] ** 2 for r in pool], axis=0)) / len(pool)
-    root = _next_frame(frame, lam, q)
     next_frame = _next_frame(frame, np.maximum(lam, POOL_FRAME_GROWTH ** -2), q)
     dispersion, heterogeneity = math.nan, 0.0
     if random_effects and len(pool) >= 2:
         # in the pooled posterior frame F (F F' = H^-1), about the fixed-effect mode
+        root = _next_frame(frame, lam, q)
         inv_root = np.linalg.inv(root)
         steps = np.array([inv_root @ (r["theta"] + h_inv @ r["grad"] - mode) for r in pool])
         covs = [np.linalg.pinv(inv_root @ r["grad_precision"] @ inv_root.T) for r in pool]
