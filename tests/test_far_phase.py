@@ -46,10 +46,12 @@ def test_the_far_plan_spends_exactly_its_share(pld, rounds, quantile_rounds, fir
                                           + far.MEDIAN_ROUNDS * (rounds - 1) + rounds)
 
 
-def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_and_matches_the_ledger():
+@pytest.mark.parametrize("first_boost", [None, 3.0])   # planned (1 here), and a boosted first median
+def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_and_matches_the_ledger(
+        first_boost):
     model = logistic(2000, 0, False)
     pld = pld_mean_budget(2.0, 1e-5)
-    settings = newton.AdaptationSettings(adaptive_clip=False)
+    settings = newton.AdaptationSettings(adaptive_clip=False, far_first_boost=first_boost)
     plan = newton.adaptation_releases(pld, settings, model.n_rows, model.dim)
     assert math.isclose(_pld(plan), pld, rel_tol=1e-9)
     with np.errstate(all="ignore"):
@@ -72,6 +74,11 @@ def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_an
     far_part = sum(0.5 / e.noise_multiplier**2 for e in result.ledger.entries if e.what.startswith("far"))
     planned = newton.planned_settings(settings, model.n_rows, d, pld)
     assert math.isclose(far_part, planned.far_share * pld, rel_tol=1e-9)
+    # the first median's count releases carry the boost the plan states
+    z = far.far_multipliers(planned.far_share * pld, planned.far_rounds, planned.quantile_rounds,
+                            planned.far_first_boost)
+    first = [e.noise_multiplier for e in result.ledger.entries if e.what.startswith("far first median count")]
+    assert len(first) == far.FIRST_MEDIAN_ROUNDS and all(math.isclose(v, z["far first median"]) for v in first)
     # far_rounds=0 leaves the phase out of the plan and of the ledger
     off = newton.adaptation_releases(pld, settings._replace(far_rounds=0), model.n_rows, model.dim)
     assert math.isclose(_pld(off), pld, rel_tol=1e-9) and len(off) == len(plan) - 4
@@ -262,7 +269,8 @@ def test_at_434_rows_the_boosted_first_median_is_not_decades_off():
     rng = np.random.default_rng(0)
     hs = rng.binomial(1, 0.79, n).astype(float)
     iq = rng.normal(100, 15, n)
-    model = NormalRegression(np.column_stack([np.ones(n), hs, iq]), 26 + 6 * hs + 0.6 * iq + rng.normal(0, 18, n))
+    y = 26 + 6 * hs + 0.6 * iq + rng.normal(0, 18, n)
+    model = NormalRegression(np.column_stack([np.ones(n), hs, iq]), y)
     g = np.abs(model.row_log_lik_grad(np.zeros(dim))[1])
     truth = np.median(g, axis=0)
     pld = pld_mean_budget(4.0, 1e-5)
