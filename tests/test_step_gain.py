@@ -69,14 +69,16 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range():
     # outside 0.5-2 times its posterior mean in 3 runs and 5 runs ended beyond 1e3 posterior sds
     # (up to 2e4); with it sigma stayed within that range and no run went beyond 1e3 (median worst
     # error 19 -> 17).  With the planned share (0.10 here) the frames are mostly right: 3 and 1
-    # runs with sigma out of range, 1 and 0 beyond 1e3 (median 14 -> 12).
+    # runs with sigma out of range, 1 and 0 beyond 1e3 (median 14 -> 12).  The far phase is left
+    # out, as it was here before planned_far_share raised its share for such a cell (0.19): it
+    # brings sigma in first, so that without the cap no run went out of range.
     sigma_ratio, worst = {}, {}
     for gain in (math.inf, 100.0):
         ratios, errors = [], []
         for seed in range(32):
             model = _earnings_like(1000, seed)
             mean, sd = model.exact()
-            fit = _fit(model, 1.0, seed, step_gain=gain, quantile_share=0.05)
+            fit = _fit(model, 1.0, seed, step_gain=gain, quantile_share=0.05, far_rounds=0)
             est = np.r_[fit.posterior["beta"].values.reshape(-1, 3).mean(axis=0),
                         fit.posterior["log_sigma"].values.mean()]
             with np.errstate(over="ignore"):

@@ -75,14 +75,19 @@ FAR_SHARE = 0.1
 """Largest share of the adaptation budget (PLD mean) :func:`planned_far_share` gives the far phase."""
 FAR_SHARE_MIN = 0.02
 """Smallest share :func:`planned_far_share` gives the far phase."""
+FAR_SHARE_MAX = 0.3
+"""Largest share :func:`planned_far_share` raises the far phase to where :data:`FAR_SHARE` would leave
+its vote's noise beyond :data:`VOTE_NOISE_LIMIT` (at 1,000 rows, epsilon = 1: 0.19 at D = 4, 0.28 at
+D = 6, none at D = 11)."""
 VOTE_NOISE_LIMIT = 0.15
-""":func:`planned_far_share` leaves the far phase out (share 0) where the vote's noise sd at the full
-share would exceed this fraction of ``n``: its releases cannot be resolved there (its curvature
-scale neither: count noise ~0.8 of the vote's), and a noise-driven move of a coordinate whose scale
-is wrong is unbounded — a logistic regression with a predictor in thousands, n = 1e3, epsilon = 1
-(vote noise 0.34 n), moved that coefficient by 0.5 on a 3-sd noise vote, every row saturated, and
-the search ended 5e6 posterior sds off.  The far-start cell it is for, 434 rows at epsilon = 4
-(D = 4), forecasts 0.14 n."""
+""":func:`planned_far_share` gives the far phase the share that keeps its vote's noise sd within this
+fraction of ``n``, and leaves it out (share 0) where that would take more than :data:`FAR_SHARE_MAX`:
+its releases cannot be resolved there (its curvature scale neither: count noise ~0.8 of the vote's),
+and a noise-driven move of a coordinate whose scale is wrong is unbounded — a logistic regression
+with a predictor in thousands, n = 1e3, epsilon = 1 (vote noise 0.34 n at :data:`FAR_SHARE`, 0.20 n
+at :data:`FAR_SHARE_MAX`: left out), moved that coefficient by 0.5 on a 3-sd noise vote, every row
+saturated, and the search ended 5e6 posterior sds off.  The far-start cell it was first set for,
+434 rows at epsilon = 4 (D = 4), forecasts 0.14 n at :data:`FAR_SHARE`."""
 VOTE_NOISE_TARGET = 0.05
 """:func:`planned_far_share` spends what brings the vote's noise sd down to this fraction of ``n``
 (then a vote of half the :data:`AGREEMENT` gate, ``0.175 n``, is beyond :data:`SIGNIFICANCE` noise
@@ -152,20 +157,41 @@ def vote_noise_forecast(share: float, n_public: int, dim: int, pld_mean: float, 
 
 
 def planned_far_share(n_public: int, dim: int, pld_mean: float, rounds: int) -> float:
-    """The far phase's share of the adaptation budget: :data:`FAR_SHARE`, cut where less will do (public).
+    """The far phase's share of the adaptation budget: :data:`FAR_SHARE`, cut where less will do and
+    raised where more is needed (public).
 
-    0 (no far phase) where :func:`vote_noise_forecast` at the full share is
-    beyond :data:`VOTE_NOISE_LIMIT`.  The vote's noise goes like
-    ``1 / sqrt(share)``; the share is cut until
-    :func:`vote_noise_forecast` is :data:`VOTE_NOISE_TARGET`, within
-    ``[FAR_SHARE_MIN, FAR_SHARE]``.  Where the rows are many the votes are
-    resolved cheaply and the rest goes to the Newton rounds (a D = 10 logistic
-    regression at n = 1e4: 0.046 at epsilon = 1, the floor at epsilon = 4); at
-    434 rows, epsilon = 4 (noise 0.14 n at the full share) nothing is cut.
+    The vote's noise goes like ``1 / sqrt(share)``.  Where
+    :func:`vote_noise_forecast` at :data:`FAR_SHARE` is within
+    :data:`VOTE_NOISE_LIMIT` the share is cut until it is
+    :data:`VOTE_NOISE_TARGET`, within ``[FAR_SHARE_MIN, FAR_SHARE]``: where the
+    rows are many the votes are resolved cheaply and the rest goes to the
+    Newton rounds (a D = 10 logistic regression at n = 1e4: 0.046 at
+    epsilon = 1, the floor at epsilon = 4; at 434 rows, epsilon = 4, D = 4,
+    noise 0.14 n, nothing is cut).  Beyond the limit it is raised to the
+    least share that brings the noise to :data:`VOTE_NOISE_LIMIT`, if that is
+    at most :data:`FAR_SHARE_MAX`, and is 0 (no far phase) otherwise.
+
+    Why raise it: a start far from the posterior is the rule for models as
+    users write them (an intercept near 7.5 for costs or survival days in
+    thousands, a scale parameter at 1 under an outcome around 20), and without
+    the phase the Newton rounds, whose frame is measured at the start, moved
+    such a start by about half a posterior sd a round.  At 1,000 rows,
+    epsilon = 1 (D = 4: 0.19; D = 6: 0.28), 24 runs per model of
+    ``benchmarks/published_models.py``, median (max) worst error before ->
+    after: gamma GLM 136 (2,060) -> 48 (1,250), heteroscedastic normal 31
+    (212) -> 9.0 (57), censored Weibull 45 (55) -> 16 (42), ``earnings`` 10.6
+    (47) -> 3.7 (12), beta regression 4.6 (24) -> 2.9 (13), ``roaches`` 18.7
+    (451) -> 15 (129), ``wells`` 2.6 (5.2) -> 2.3 (4.6).  The cost is the
+    budget a near start does not use: the ordered logistic regression (D = 6,
+    its start within about 10 posterior sds) went 5.4 (186) -> 7.4 (1.2e10),
+    its runs beyond 20 sds 2 -> 5 of 24, all from its top cut point, whose
+    frame is 12 times too wide where its few rows leave it at the initial
+    scale's floor (docs/adaptation.md §7).
     """
     noise = vote_noise_forecast(FAR_SHARE, n_public, dim, pld_mean, rounds)
     if noise > VOTE_NOISE_LIMIT:
-        return 0.0
+        raised = FAR_SHARE * (noise / VOTE_NOISE_LIMIT) ** 2   # the least that resolves the votes
+        return float(raised) if raised <= FAR_SHARE_MAX else 0.0
     return float(min(FAR_SHARE, max(FAR_SHARE_MIN, FAR_SHARE * (noise / VOTE_NOISE_TARGET) ** 2)))
 
 

@@ -218,9 +218,9 @@ class AdaptationSettings(NamedTuple):
     """Rounds of the far phase before the Newton rounds (:mod:`stan_dp.adaptation.far`; 0: none)."""
     far_share: float | None = None
     """Share of the adaptation budget (PLD mean) for the far phase (with ``far_rounds > 0``).
-    ``None``: :func:`~stan_dp.adaptation.far.planned_far_share` (at most ``FAR_SHARE`` = 0.1, cut
-    where the rows are many enough to resolve the votes with less; none where they are too few to
-    resolve them at all)."""
+    ``None``: :func:`~stan_dp.adaptation.far.planned_far_share` (``FAR_SHARE`` = 0.1, cut where the
+    rows are many enough to resolve the votes with less, raised up to ``FAR_SHARE_MAX`` = 0.3 where
+    they need more; none where even that cannot resolve them)."""
     far_first_boost: float | None = None
     """Factor on the far phase's first median budget (:func:`~stan_dp.adaptation.far.far_multipliers`);
     ``None``: :func:`~stan_dp.adaptation.far.planned_first_median_boost` (1 unless the rows are too few
