@@ -16,6 +16,7 @@ with a claimed noise of 0.3, is in docs/adaptation.md §3, "Dispersion".)
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -210,3 +211,40 @@ def test_the_earnings_like_run_whose_pooled_frame_ran_away_now_settles():
         assert worst(_fit(model, 4.0, 508)) > 100.0
     finally:
         newton.POOL_FRAME_GROWTH = original
+
+
+def _round(theta, one_step, s=1.0):
+    """A round at ``theta`` whose one-step estimate is ``one_step`` under curvature I (frame I)."""
+    theta = np.asarray(theta, dtype=float)
+    d = theta.size
+    return {"theta": theta, "grad": np.asarray(one_step, dtype=float) - theta,
+            "grad_precision": np.eye(d) / s**2, "hess": np.eye(d), "prior_hess": np.zeros((d, d)),
+            "sd_h": 1e-9, "hess_diag_sd": newton.curvature_diagonal_sd(1e-9, np.eye(d))}
+
+
+def test_a_round_leaves_the_pool_only_if_it_is_far_from_what_is_left_as_well():
+    """The loop ``newton.private_mode`` fell into (a Poisson GLM at n = 1e4, epsilon = 1, 20 rounds
+    at one point 11 sds off) is a drop that its own move undoes.  Here: two rounds at A = 0 whose
+    one-step estimates are 20 sds out at B, and a round at B whose estimate points back to A.
+    Pooled they land at 13.3: the rounds at A are 13.3 away (beyond the reach 3 sqrt(2) + 3 =
+    7.2) and would leave; the round at B, kept alone, puts the mode at A — the very point of the
+    dropped rounds, 0 away from it.  ``_drop_consistent`` refuses that drop.  A round really far
+    (evaluated 30 sds out, its quadratic model 4.5 sds off) while the others agree near 0.5 still
+    leaves.  Curvature I, frame I: the pooled metric is Euclidean."""
+    reach = 3.0 * math.sqrt(2) + 3.0
+    frame = np.eye(2)
+    loop = [_round([0, 0], [20, 0]), _round([0, 0], [20, 0]), _round([20, 0], [0, 0])]
+    pooled = newton._pooled_estimate(loop, frame)
+    np.testing.assert_allclose(pooled.mode, [40 / 3, 0], atol=1e-9)
+    kept = [r for r in loop if newton._distance(r["theta"], pooled) <= reach]
+    assert len(kept) == 1 and kept[0] is loop[2]   # the plain filter drops the two rounds at A ...
+    narrower = newton._pooled_estimate(kept, frame)
+    np.testing.assert_allclose(narrower.mode, [0, 0], atol=1e-9)
+    assert not newton._drop_consistent(loop, kept, narrower, reach)   # ... whose point is the mode left
+    far = [_round([0, 0], [0.5, 0]), _round([0.2, 0], [0.5, 0]), _round([30, 0], [5, 0])]
+    pooled = newton._pooled_estimate(far, frame)
+    kept = [r for r in far if newton._distance(r["theta"], pooled) <= reach]
+    assert len(kept) == 2 and all(r is not far[2] for r in kept)
+    narrower = newton._pooled_estimate(kept, frame)
+    assert newton._distance(far[2]["theta"], narrower) > reach
+    assert newton._drop_consistent(far, kept, narrower, reach)
