@@ -955,6 +955,68 @@ def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.n
     return np.clip(lam, 1e-3, 1e8), q
 
 
+AXIS_FAMILYWISE = 0.05
+"""Probability that noise alone narrows some axis in :func:`_axis_narrowing` (Bonferroni over the
+``d`` diagonal entries, one-sided)."""
+
+
+AXIS_NARROW_MIN = 2.0
+"""An axis narrows only where its diagonal curvature is beyond this (its frame at least ``sqrt(2)``
+times too wide): near it the eigenvalue floor of :func:`_shrunk_eigen` (``min(1, tau)``, below 1)
+widens the narrowed axis again, and the two alternated."""
+
+
+def _axis_narrowing(data: np.ndarray, prior: np.ndarray, entry_sd: float) -> np.ndarray:
+    """Per axis of the current frame, the factor (at most 1) that narrows the axes whose own
+    diagonal entry of the released curvature resolves a curvature above 1 (post-processing).
+
+    In frame units a right frame has curvature 1; an axis ``f`` times too wide has ``f^2``.
+    :func:`_shrunk_eigen` resolves a direction only beyond the noise's *spectral* norm ``tau``
+    (``1.5 s sqrt(2 d)`` for entry sd ``s``), but a single diagonal entry is resolved beyond a few
+    ``s``: at 1,000 rows, epsilon = 1 an ordered logistic regression's top cut point, left at the
+    initial scale's floor (scale 1, 12 times its posterior sd), read 2.0-6.1 on its diagonal
+    against ``s`` = 0.77 in every round while ``tau`` = 4.0 left its eigenvalue at the floor, so
+    the frame stayed 6-12 times too wide, every round's noise landed there, and 5 of 24 runs ended
+    beyond 20 posterior sds (up to 1.2e10).  :func:`_pooled_estimate` narrows the pool's next
+    frame with it, once two rounds are pooled (then none of the 24 beyond 20, the worst 12.5).
+    An axis ``j``
+    narrows by ``1 / sqrt(c_j)`` (``c_j`` its diagonal, data plus exact prior: a diagonal Newton
+    update of the frame, Jacobi's) where ``c_j`` is beyond both :data:`AXIS_NARROW_MIN` and
+    ``1 + k s`` and the data part alone is beyond ``k s``, ``k`` one-sided Bonferroni over the
+    ``d`` axes at :data:`AXIS_FAMILYWISE`.  Where no axis qualifies the factors are all 1.  Clipped
+    per-row curvatures under-read an axis that is too wide (their sum is at most the depending
+    rows times the bound), so this narrows less than the truth would: the safe side.
+
+    Only the pool's next frame narrows, not each round's own step and frame: applied there too,
+    the heteroscedastic regression of ``benchmarks/published_models.py`` (1,000 rows, epsilon =
+    1) went from median 7.3 to 13.8 sds over 24 runs and the gamma GLM's worst from 1,250 to
+    4,320, where the pool's frame alone left both about as they were (docs/adaptation.md §7).
+    """
+    d = data.shape[0]
+    k = float(stats.norm.isf(AXIS_FAMILYWISE / max(d, 1)))
+    own = np.where(np.isfinite(np.diag(data)), np.diag(data), 0.0)
+    total = own + np.where(np.isfinite(np.diag(prior)), np.diag(prior), 0.0)
+    if not (math.isfinite(entry_sd) and entry_sd > 0.0):
+        return np.ones(d)
+    narrowed = (total > max(AXIS_NARROW_MIN, 1.0 + k * entry_sd)) & (own > k * entry_sd)
+    return np.where(narrowed, 1.0 / np.sqrt(np.where(narrowed, total, 1.0)), 1.0)
+
+
+def _narrowed_eigen(data: np.ndarray, prior: np.ndarray, tau: float,
+                    entry_sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_shrunk_eigen` in the frame narrowed by :func:`_axis_narrowing` (factors ``D``).
+
+    Returns ``lam``, ``q`` (of ``D (data + prior) D``, shrunk and floored there) and ``D`` as a
+    vector: the curvature in the current frame is ``D^-1 Q diag(lam) Q' D^-1``, its inverse
+    ``D Q diag(1/lam) Q' D`` and the next frame's basis ``A D``.  The noise's spectral norm in
+    the narrowed frame is at most ``max(D)^2 tau``.
+    """
+    narrow = _axis_narrowing(data, prior, entry_sd)
+    outer = narrow[:, None] * narrow[None, :]
+    lam, q = _shrunk_eigen(data * outer, prior * outer, tau * float(np.max(narrow)) ** 2)
+    return lam, q, narrow
+
+
 POOL_FRAME_GROWTH = 1.25
 """Most a pooled round's next frame widens any direction by (its pooled curvature's eigenvalues
 floored at ``POOL_FRAME_GROWTH ** -2`` for the frame only: the curvature, the covariance and the
@@ -1538,7 +1600,18 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     noise_cov = np.linalg.pinv(precision)
     mode = noise_cov @ weighted
     diag_sd = np.sqrt(np.sum([r["hess_diag_sd"] ** 2 for r in pool], axis=0)) / len(pool)
-    next_frame = _next_frame(frame, np.maximum(lam, POOL_FRAME_GROWTH ** -2), q)
+    # the next frame also narrows the axes whose pooled diagonal resolves a curvature above
+    # AXIS_NARROW_MIN (_axis_narrowing; the curvature, covariance and one-step estimates keep the
+    # un-narrowed eigen-decomposition), once two rounds agree: a round counts as near when its own
+    # noise is large, so one round may be far out, where the curvature is not the mode's (an
+    # earnings-like regression at n = 1e3, epsilon = 1, narrowed a binary predictor's axis 20-fold
+    # from its first round, 11 sds out, and crept along it: tests/test_step_gain.py)
+    if len(pool) >= 2:
+        lam_n, q_n, narrow = _narrowed_eigen(frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame,
+                                             tau, sd_h)
+    else:
+        lam_n, q_n, narrow = lam, q, np.ones(d)
+    next_frame = _next_frame(frame * narrow, np.maximum(lam_n, POOL_FRAME_GROWTH ** -2), q_n)
     dispersion, heterogeneity = math.nan, 0.0
     if random_effects and len(pool) >= 2:
         # in the pooled posterior frame F (F F' = H^-1), about the fixed-effect mode
