@@ -248,3 +248,25 @@ def test_a_round_leaves_the_pool_only_if_it_is_far_from_what_is_left_as_well():
     narrower = newton._pooled_estimate(kept, frame)
     assert newton._distance(far[2]["theta"], narrower) > reach
     assert newton._drop_consistent(far, kept, narrower, reach)
+
+
+def test_random_effects_find_their_root_however_far_apart_the_rounds_are():
+    """Rounds 1e28 posterior sds apart (a ``radon`` search at 1,000 rows, epsilon = 4) need a
+    between-round variance of ~1e56: the root of ``Q(c) = d (K - 1)`` is found (it raised when the
+    bracket stopped at 1e12), and ``Q`` there is ``d (K - 1)`` to the root finder's tolerance.
+    Rounds at infinity get the cap and a covariance that says the mode is nowhere."""
+    rng = np.random.default_rng(5)
+    k, d = 6, 3
+    steps = rng.normal(size=(k, d)) * 1e28
+    covs = [np.eye(d) * rng.uniform(0.5, 2.0) for _ in range(k)]
+    dof = d * (k - 1)
+    c, mode, cov = newton._random_effects(steps, covs, dof)
+    assert 1e54 < c < 1e58
+    assert math.isclose(newton._dispersion_q(steps, covs, c)[0], dof, rel_tol=1e-6)
+    # direct: with equal-size covariances v_k + c I ~ c I the mode is the plain mean
+    np.testing.assert_allclose(mode, steps.mean(axis=0), rtol=1e-6)
+    steps[0, 0] = np.inf
+    with np.errstate(all="ignore"):
+        c, _, cov = newton._random_effects(steps, covs, dof)
+    assert c == newton.MAX_HETEROGENEITY
+    assert not np.all(np.isfinite(cov)) or np.max(np.diag(cov)) > 1e200

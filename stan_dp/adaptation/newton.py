@@ -1642,17 +1642,28 @@ def _dispersion_q(steps: np.ndarray, covs: list[np.ndarray],
     return q, mode, cov
 
 
+MAX_HETEROGENEITY = 2.0 ** 900
+"""Largest between-round variance ``c`` (posterior sds squared) :func:`_random_effects` searches to."""
+
+
 def _random_effects(steps: np.ndarray, covs: list[np.ndarray],
                     dof: int) -> tuple[float, np.ndarray, np.ndarray]:
     """Paule-Mandel: the ``c >= 0`` with ``Q(c) = dof`` (:func:`_pooled_estimate`), the mode and
     its covariance there.  ``Q`` falls monotonically in ``c`` (every weight falls in the Loewner
     order and ``Q`` is a minimum over the mode) and like ``1 / c``, so doubling brackets it;
-    ``c = 0`` where ``Q(0)`` is already within ``dof``."""
+    ``c = 0`` where ``Q(0)`` is already within ``dof``.  The doubling is not capped short of
+    :data:`MAX_HETEROGENEITY`: a search whose rounds were 1e28 posterior sds apart (``radon`` at
+    1,000 rows, epsilon = 4) needs ``c`` ~ 1e53, and a cap at 1e12 left no sign change for the
+    root finder, which raised; at the cap (rounds that far apart, or not finite) ``c`` is the cap
+    and the covariance says the mode is nowhere."""
     q0, mode, cov = _dispersion_q(steps, covs, 0.0)
     if q0 <= dof:
         return 0.0, mode, cov
     high = 1.0
-    while _dispersion_q(steps, covs, high)[0] > dof and high < 1e12:
+    while not _dispersion_q(steps, covs, high)[0] <= dof:
+        if high >= MAX_HETEROGENEITY:
+            _, mode, cov = _dispersion_q(steps, covs, high)
+            return float(high), mode, cov
         high *= 2.0
     c = optimize.brentq(lambda x: _dispersion_q(steps, covs, x)[0] - dof, 0.0, high,
                         xtol=1e-9 * high, rtol=1e-9)
