@@ -99,16 +99,20 @@ def _dense_ratio_extremes(share: float, seeds: range) -> tuple[np.ndarray, np.nd
     return np.array(top), np.array(bottom)
 
 
-def test_the_planned_share_keeps_the_tail_off_the_median_and_every_frame_on_its_scale():
+def test_the_planned_share_keeps_the_tail_off_the_median_and_every_frame_on_its_scale(monkeypatch):
     # At n = 1e3, epsilon = 1, d = 12 the share 0.05 gives count noise 200 rows and forces the
     # tail to the median, where a count ~1 noise sd high finds a quantile decades below it: 11 of
     # these 24 seeds had some coordinate 8.7-3e4 times too wide (at the floor or the bottom of the
     # range).  The planned share (0.25 here: the tail 0.33) kept every coordinate within 0.64-1.4.
+    # (The cap on a sparse coordinate's scale at the widest measured one now also catches those at
+    # the floor — with the old share 1 of 24 stays beyond 3 — so the old share's count is taken
+    # with that cap switched off.)
     pld = pld_mean_budget(1.0, 1e-5)
     planned = newton.planned_settings(AdaptationSettings(), N, 12, pld)
     assert planned.quantile_share == newton.QUANTILE_SHARE_MAX
     top, bottom = _dense_ratio_extremes(newton.QUANTILE_SHARE_MAX, range(24))
     assert np.all(top < 2.0) and np.all(bottom > 0.5), (top, bottom)
+    monkeypatch.setattr(newton, "SPARSE_SDS", np.inf)   # no coordinate is "surely sparse"
     old_top, _ = _dense_ratio_extremes(newton.QUANTILE_SHARE, range(24))
     assert np.sum(old_top > 3.0) >= 6, old_top
 
@@ -148,3 +152,40 @@ def test_the_half_cap_is_taken_of_a_lower_bound_on_the_depending_rows():
             on_scale += 0.3 < male < 1.0
     assert wide <= 2, wide
     assert on_scale >= 65, on_scale
+
+
+def test_a_coordinate_with_too_few_rows_to_measure_is_no_wider_than_the_widest_measured(monkeypatch):
+    # z = 70: count noise sd 171 rows (d = 6) against the 400 rows of ``male`` and the 50 of
+    # ``rare``: both are at the floor in most seeds.  Where the released count of depending rows
+    # is beyond SPARSE_SDS noise sds (rows surely depend on it) the scale is the widest
+    # measured coordinate's (here the intercept's, about 0.6 of male's sd), not 1 (about 20 times
+    # it); where it is not (the all-zero column, and rare in most seeds), 1, as before.
+    released = []
+    counts = newton.noisy_counts
+
+    def recording(*args, **kwargs):
+        out = counts(*args, **kwargs)
+        what = args[5] if len(args) > 5 else kwargs.get("what", "")
+        if what.endswith("rows depending"):
+            released.append(np.array(out, dtype=float))
+        return out
+
+    monkeypatch.setattr(newton, "noisy_counts", recording)
+    z, capped_seen = 70.0, 0
+    for seed in range(12):
+        model = _model(seed)
+        released.clear()
+        scale, at_floor = newton._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(),
+                                                z, np.random.default_rng(seed), Ledger("replace_one"),
+                                                "scale count")
+        (depending,) = released
+        sure = at_floor & (depending > newton.SPARSE_SDS * z * np.sqrt(model.dim))
+        widest = np.max(scale[~at_floor])
+        np.testing.assert_array_equal(scale[sure], np.minimum(1.0, widest))
+        np.testing.assert_array_equal(scale[at_floor & ~sure], 1.0)
+        assert at_floor[4] and not sure[4]            # no row depends on the zero column
+        capped_seen += int(sure[2])
+        if sure[2]:
+            truth = 1.0 / np.sqrt(np.sum(model.x[:, 2] ** 2))
+            assert 0.2 < scale[2] / truth < 1.0, scale[2] / truth   # was ~20 (scale 1)
+    assert capped_seen >= 3, capped_seen
