@@ -186,7 +186,9 @@ def planned_far_share(n_public: int, dim: int, pld_mean: float, rounds: int) -> 
     its start within about 10 posterior sds) went 5.4 (186) -> 7.4 (1.2e10),
     its runs beyond 20 sds 2 -> 5 of 24, all from its top cut point, whose
     frame is 12 times too wide where its few rows leave it at the initial
-    scale's floor (docs/adaptation.md §7).
+    scale's floor (docs/adaptation.md §7); the pool's axis narrowing and the
+    sparse coordinates' cap of :mod:`stan_dp.adaptation.newton` since took it
+    to 5.2 (9.8).
     """
     noise = vote_noise_forecast(FAR_SHARE, n_public, dim, pld_mean, rounds)
     if noise > VOTE_NOISE_LIMIT:

@@ -1605,7 +1605,8 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     mean_prior = np.mean([r["prior_hess"] for r in pool], axis=0)
     sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
     tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
-    lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame, tau)
+    data_f, prior_f = frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame   # frame units
+    lam, q = _shrunk_eigen(data_f, prior_f, tau)
     resolved = bool(np.all(lam > 1.0001 * min(1.0, tau)))
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
@@ -1627,11 +1628,8 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     # noise is large, so one round may be far out, where the curvature is not the mode's (an
     # earnings-like regression at n = 1e3, epsilon = 1, narrowed a binary predictor's axis 20-fold
     # from its first round, 11 sds out, and crept along it: tests/test_step_gain.py)
-    if len(pool) >= 2:
-        lam_n, q_n, narrow = _narrowed_eigen(frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame,
-                                             tau, sd_h)
-    else:
-        lam_n, q_n, narrow = lam, q, np.ones(d)
+    lam_n, q_n, narrow = (_narrowed_eigen(data_f, prior_f, tau, sd_h) if len(pool) >= 2
+                          else (lam, q, np.ones(d)))
     next_frame = _next_frame(frame * narrow, np.maximum(lam_n, POOL_FRAME_GROWTH ** -2), q_n)
     dispersion, heterogeneity = math.nan, 0.0
     if random_effects and len(pool) >= 2:
