@@ -46,12 +46,18 @@ def test_the_far_plan_spends_exactly_its_share(pld, rounds, quantile_rounds, fir
                                           + far.MEDIAN_ROUNDS * (rounds - 1) + rounds)
 
 
-@pytest.mark.parametrize("first_boost", [None, 3.0])   # planned (1 here), and a boosted first median
+@pytest.mark.parametrize("first_boost, n, eps", [
+    (None, 2000, 2.0),   # planned (1 here)
+    (3.0, 2000, 2.0),    # a boosted first median
+    (None, 1000, 1.0),   # the far share raised above FAR_SHARE (0.19) by planned_far_share
+])
 def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_and_matches_the_ledger(
-        first_boost):
-    model = logistic(2000, 0, False)
-    pld = pld_mean_budget(2.0, 1e-5)
+        first_boost, n, eps):
+    model = logistic(n, 0, False)
+    pld = pld_mean_budget(eps, 1e-5)
     settings = newton.AdaptationSettings(adaptive_clip=False, far_first_boost=first_boost)
+    if n == 1000:
+        assert newton.planned_settings(settings, n, model.dim, pld).far_share > far.FAR_SHARE
     plan = newton.adaptation_releases(pld, settings, model.n_rows, model.dim)
     assert math.isclose(_pld(plan), pld, rel_tol=1e-9)
     with np.errstate(all="ignore"):
