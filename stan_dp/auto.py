@@ -34,7 +34,7 @@ import math
 import os
 from collections import Counter
 import warnings
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,16 +42,10 @@ from stan_dp.accounting import Budget, Release, gaussian_epsilon, validate_priva
 from stan_dp.accounting.validation import check_relation
 from stan_dp.adaptation.forecast import (exceed_probability, forecast, pld_mean_budget,
                                         whitened_grad_scale)
-from stan_dp.adaptation.newton import (
-    AdaptationResult,
-    AdaptationSettings,
-    adaptation_releases,
-    rounds_share,
-    TAIL_MULTIPLE,
-    clip_inflation,
-    planned_settings,
-    private_mode,
-)
+from stan_dp.adaptation.newton import private_mode
+from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, clip_inflation, planned_settings,
+                                     rounds_share)
+from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import MOVING_WINDOW, UtilityWarning, emit, moving_coordinates
@@ -143,7 +137,7 @@ def sample(
         Progress bars of the samplers.
     **method_options
         Passed to the sampler; for ``"gaussian"``: ``settings``
-        (:class:`~stan_dp.adaptation.newton.AdaptationSettings`).
+        (:class:`~stan_dp.adaptation.plan.AdaptationSettings`).
 
     Returns
     -------

@@ -21,8 +21,8 @@ import densities
 import stan_dp
 from stan_dp.adaptation.forecast import forecast, gdp_mu, whitened_grad_scale
 from stan_dp.adaptation.forecast import pld_mean_budget
-from stan_dp.adaptation.newton import (AdaptationSettings, adaptation_releases, clip_inflation,
-                                       planned_settings, rounds_share)
+from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, clip_inflation,
+                                     planned_settings, rounds_share)
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.honesty import UtilityWarning
@@ -527,7 +527,7 @@ def test_heavy_tailed_rows_warn_and_light_tailed_rows_do_not(predictors):
     no warning before the tail check; with normal predictors none.  Both
     outcomes are many noise sds from the threshold (5 rows at 3 sds).
     """
-    from stan_dp.adaptation.newton import TAIL_MULTIPLE
+    from stan_dp.adaptation.result import TAIL_MULTIPLE
 
     rng = np.random.default_rng(0)
     if predictors == "lognormal":

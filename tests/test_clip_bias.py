@@ -19,6 +19,10 @@ import pytest
 
 import stan_dp
 from stan_dp.adaptation import newton
+from stan_dp.adaptation.plan import (AdaptationSettings, BIAS_PER_CLIPPED_ROW, BIAS_SHARE,
+                                     adaptation_releases, allowed_clipped_rows, clip_inflation,
+                                     planned_settings)
+from stan_dp.adaptation.result import AdaptationResult, BIAS_PER_CLIPPED_ROW_HIGH
 from stan_dp.adaptation.forecast import pld_mean_budget, whitened_grad_scale
 from stan_dp.adaptation.releases import Ledger, noisy_counts
 from test_auto import Logistic
@@ -52,20 +56,20 @@ def test_strong_signal_rows_bias_the_clipped_root_beyond_the_released_noise():
     # the oracle behind the adaptive bound: at the rule's kappa the clipped rows move the root by
     # a sizeable share of what the whole budget's noise is (0.2 sd here); a wider bound removes it
     model = _strong(0)
-    kappa = newton.clip_inflation(newton.AdaptationSettings(), N, pld_mean_budget(4.0, 1e-5))
+    kappa = clip_inflation(AdaptationSettings(), N, pld_mean_budget(4.0, 1e-5))
     shift, clipped = _clipped_root_shift(model, kappa)
     assert 0.15 < shift < 0.5 and clipped > 20, (shift, clipped)
     wider, fewer = _clipped_root_shift(model, 1.69 * kappa)
     assert wider < shift / 3 and fewer < clipped / 3, (wider, fewer)
 
 
-def _private_mode(model: Logistic, seed: int, adaptive: bool) -> newton.AdaptationResult:
+def _private_mode(model: Logistic, seed: int, adaptive: bool) -> AdaptationResult:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
                                    relation="replace_one", rng_noise=np.random.default_rng(seed),
                                    init=np.zeros(model.dim),
-                                   settings=newton.AdaptationSettings(adaptive_clip=adaptive))
+                                   settings=AdaptationSettings(adaptive_clip=adaptive))
 
 
 def _z_scores(adaptive: bool, seeds: range) -> tuple[np.ndarray, list[float]]:
@@ -94,14 +98,14 @@ def test_the_adaptive_bound_makes_the_released_noise_cover_the_error():
 
 def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
     model = _strong(1, 2000)
-    settings = newton.AdaptationSettings(adaptive_clip=True)
+    settings = AdaptationSettings(adaptive_clip=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = stan_dp.sample(model, epsilon=2.0, delta=1e-6, seed=5, draws=20, settings=settings)
         plain = stan_dp.sample(model, epsilon=2.0, delta=1e-6, seed=5, draws=20,
-                               settings=newton.AdaptationSettings(adaptive_clip=False))
-    plan = newton.adaptation_releases(
-        1.0, newton.planned_settings(settings, 2000, model.dim, pld_mean_budget(2.0, 1e-6)), 2000, model.dim)
+                               settings=AdaptationSettings(adaptive_clip=False))
+    plan = adaptation_releases(
+        1.0, planned_settings(settings, 2000, model.dim, pld_mean_budget(2.0, 1e-6)), 2000, model.dim)
     assert fit.attrs["releases"] == plain.attrs["releases"] == sum(r.count for r in plan)
     assert fit.attrs["epsilon_spent"] == plain.attrs["epsilon_spent"] <= 2.0
     # the near rounds' 7 count releases are split 4 tail + 3 clipped, at the clip counts' multiplier
@@ -153,7 +157,7 @@ def test_without_adaptive_clip_the_reported_bias_counts_the_rows_beyond_the_boun
     model = _strong(0)
     result = _private_mode(model, 11, adaptive=False)
     assert result.settled and result.clip_adjust == 1.0
-    kappa = newton.clip_inflation(newton.AdaptationSettings(), N, pld_mean_budget(4.0, 1e-5))
+    kappa = clip_inflation(AdaptationSettings(), N, pld_mean_budget(4.0, 1e-5))
     assert result.grad_clip == pytest.approx(kappa * whitened_grad_scale(N, model.dim))
     _, truth = _clipped_root_shift(model, kappa)
     counts = [e for e in result.ledger.entries if e.what.startswith("clipped count")]
@@ -161,7 +165,7 @@ def test_without_adaptive_clip_the_reported_bias_counts_the_rows_beyond_the_boun
     assert truth > 20
     assert abs(result.clipped_rows - truth) < 4 * sd + truth / 3, (result.clipped_rows, truth, sd)
     assert result.clipping_bias_bound == pytest.approx(
-        newton.BIAS_PER_CLIPPED_ROW_HIGH * result.clipped_rows * result.grad_clip)
+        BIAS_PER_CLIPPED_ROW_HIGH * result.clipped_rows * result.grad_clip)
 
 
 @pytest.mark.parametrize("n, epsilon, expected", [(N, 4.0, True), (N, 1.0, False)])
@@ -223,5 +227,5 @@ def test_allowed_clipped_rows_is_the_bias_noise_balance():
     # beta k z / (rho sqrt(m)), public; the bound itself cancels
     z, rounds = 7.4, 30
     for relation, k in (("replace_one", 2.0), ("add_remove", 1.0)):
-        expected = newton.BIAS_SHARE * k * z / (newton.BIAS_PER_CLIPPED_ROW * np.sqrt(rounds))
-        assert newton.allowed_clipped_rows(z, rounds, relation) == pytest.approx(expected)
+        expected = BIAS_SHARE * k * z / (BIAS_PER_CLIPPED_ROW * np.sqrt(rounds))
+        assert allowed_clipped_rows(z, rounds, relation) == pytest.approx(expected)

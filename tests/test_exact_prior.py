@@ -1,4 +1,4 @@
-"""The exact-prior step of the private mode search (``newton._exact_prior_mode``).
+"""The exact-prior step of the private mode search (``pooling._exact_prior_mode``).
 
 A varying-intercept model's mean and scale are held by the prior: no row
 touches them, so the released data gradient there is pure noise, and the
@@ -19,7 +19,7 @@ import pytest
 from scipy import optimize
 
 import densities
-from stan_dp.adaptation import newton
+from stan_dp.adaptation import pooling
 from stan_dp.adaptation.forecast import exceed_probability, pld_mean_budget
 from stan_dp.adaptation.newton import private_mode
 from stan_dp.auto import EXCEED_PROBABILITY, FORECAST_LIMIT, PRIOR_SHARE_LIMIT
@@ -73,10 +73,10 @@ def _pooled_near_the_mode(model, noise_sd_mu_tau: float | None = None):
     lam, q = np.linalg.eigh(curvature)
     frame = (q / np.sqrt(lam)) @ q.T
     noise_cov = 0.04 * cov                                    # a released noise of 0.2 sds
-    diag_sd = newton.curvature_diagonal_sd(0.01, np.linalg.inv(frame))
+    diag_sd = pooling.curvature_diagonal_sd(0.01, np.linalg.inv(frame))
     if noise_sd_mu_tau is not None:
         diag_sd[:2] = noise_sd_mu_tau
-    pooled = newton._Pooled(pooled_mode, noise_cov, curvature, frame, True, data_curvature,
+    pooled = pooling._Pooled(pooled_mode, noise_cov, curvature, frame, True, data_curvature,
                             tau=0.1, data_curvature_diag_sd=diag_sd)
     return pooled, frame, mode, sd
 
@@ -88,7 +88,7 @@ def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_
     model = _model(0)
     pooled, frame, mode, sd = _pooled_near_the_mode(model)
     pooled_mode, noise_cov = pooled.mode, pooled.noise_cov
-    theta, new_noise, new_curvature = newton._exact_prior_mode(model, pooled, frame, 1e-3)
+    theta, new_noise, new_curvature = pooling._exact_prior_mode(model, pooled, frame, 1e-3)
 
     # mu and log tau: the joint mode's (no row touches them, so there they maximise the prior
     # given the effects), and the exact prior is stationary in them
@@ -121,12 +121,12 @@ def test_rowless_coordinates_are_held_even_where_the_pooled_noise_hides_the_prio
     model = _model(0)
     pooled, frame, mode, sd = _pooled_near_the_mode(model, noise_sd_mu_tau=100.0)
     prior_diag = np.diag(_neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled.mode))
-    assert np.all(prior_diag[:2] < newton.HELD_NOISE_SDS * 100.0)
-    theta, _, _ = newton._exact_prior_mode(model, pooled, frame, 1e-3)
+    assert np.all(prior_diag[:2] < pooling.HELD_NOISE_SDS * 100.0)
+    theta, _, _ = pooling._exact_prior_mode(model, pooled, frame, 1e-3)
     assert np.array_equal(theta, pooled.mode)                  # not seen as held
     rowless = np.zeros(model.dim, dtype=bool)
     rowless[:2] = True
-    theta, _, _ = newton._exact_prior_mode(model, pooled, frame, 1e-3, rowless=rowless)
+    theta, _, _ = pooling._exact_prior_mode(model, pooled, frame, 1e-3, rowless=rowless)
     assert np.all(np.abs(theta[:2] - mode[:2]) / sd[:2] < 1e-3), (theta - mode) / sd
     assert np.array_equal(theta[2:], pooled.mode[2:])
 
@@ -147,8 +147,8 @@ def test_pooled_curvature_noise_follows_each_rounds_frame():
         inv = np.linalg.inv(a)
         pool.append({"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": np.eye(d),
                      "hess": np.eye(d), "prior_hess": np.zeros((d, d)), "sd_h": s,
-                     "hess_diag_sd": newton.curvature_diagonal_sd(s, inv)})
-    pooled = newton._pooled_estimate(pool, frames[-1])
+                     "hess_diag_sd": pooling.curvature_diagonal_sd(s, inv)})
+    pooled = pooling._pooled_estimate(pool, frames[-1])
     total = np.zeros((reps, d))
     iu = np.triu_indices(d)
     for a, s in zip(frames, sds):
@@ -162,7 +162,7 @@ def test_pooled_curvature_noise_follows_each_rounds_frame():
     np.testing.assert_allclose(pooled.data_curvature_diag_sd, simulated, rtol=0.03)
     # the final frame's entry sd alone understates the first coordinate's noise 100-fold
     pooled_entry_sd = np.sqrt(np.mean(np.square(sds)) / len(sds))   # as if all in the last frame
-    naive = newton.curvature_diagonal_sd(pooled_entry_sd, np.linalg.inv(frames[-1]))
+    naive = pooling.curvature_diagonal_sd(pooled_entry_sd, np.linalg.inv(frames[-1]))
     assert naive[0] < 0.1 * simulated[0]
 
 

@@ -20,6 +20,8 @@ import pytest
 
 import stan_dp
 from stan_dp.adaptation import far, newton
+from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, noise_multipliers,
+                                     planned_settings)
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger
@@ -55,10 +57,10 @@ def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_an
         first_boost, n, eps):
     model = logistic(n, 0, False)
     pld = pld_mean_budget(eps, 1e-5)
-    settings = newton.AdaptationSettings(adaptive_clip=False, far_first_boost=first_boost)
+    settings = AdaptationSettings(adaptive_clip=False, far_first_boost=first_boost)
     if n == 1000:
-        assert newton.planned_settings(settings, n, model.dim, pld).far_share > far.FAR_SHARE
-    plan = newton.adaptation_releases(pld, settings, model.n_rows, model.dim)
+        assert planned_settings(settings, n, model.dim, pld).far_share > far.FAR_SHARE
+    plan = adaptation_releases(pld, settings, model.n_rows, model.dim)
     assert math.isclose(_pld(plan), pld, rel_tol=1e-9)
     with np.errstate(all="ignore"):
         result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld, relation="replace_one",
@@ -78,7 +80,7 @@ def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_an
         elif e.what.startswith("far"):
             assert math.isclose(e.sensitivity, math.sqrt(d))
     far_part = sum(0.5 / e.noise_multiplier**2 for e in result.ledger.entries if e.what.startswith("far"))
-    planned = newton.planned_settings(settings, model.n_rows, d, pld)
+    planned = planned_settings(settings, model.n_rows, d, pld)
     assert math.isclose(far_part, planned.far_share * pld, rel_tol=1e-9)
     # the first median's count releases carry the boost the plan states
     z = far.far_multipliers(planned.far_share * pld, planned.far_rounds, planned.quantile_rounds,
@@ -86,7 +88,7 @@ def test_the_adaptation_plan_with_the_far_phase_still_spends_the_whole_budget_an
     first = [e.noise_multiplier for e in result.ledger.entries if e.what.startswith("far first median count")]
     assert len(first) == far.FIRST_MEDIAN_ROUNDS and all(math.isclose(v, z["far first median"]) for v in first)
     # far_rounds=0 leaves the phase out of the plan and of the ledger
-    off = newton.adaptation_releases(pld, settings._replace(far_rounds=0), model.n_rows, model.dim)
+    off = adaptation_releases(pld, settings._replace(far_rounds=0), model.n_rows, model.dim)
     assert math.isclose(_pld(off), pld, rel_tol=1e-9) and len(off) == len(plan) - 4
 
 
@@ -94,7 +96,7 @@ def test_explicit_far_settings_are_kept_or_refused():
     model = logistic(2000, 0, False)
     pld = pld_mean_budget(2.0, 1e-5)
     # an explicit share is spent as given
-    explicit = newton.AdaptationSettings(adaptive_clip=False, far_share=0.07)
+    explicit = AdaptationSettings(adaptive_clip=False, far_share=0.07)
     with np.errstate(all="ignore"):
         result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld, relation="replace_one",
                                      rng_noise=np.random.default_rng(1), init=np.zeros(model.dim),
@@ -103,15 +105,15 @@ def test_explicit_far_settings_are_kept_or_refused():
     assert math.isclose(far_part, 0.07 * pld, rel_tol=1e-9)
     assert math.isclose(result.ledger.pld_mean(), pld, rel_tol=1e-9)
     # a share of 0 means no far rounds, as far_rounds=0 does
-    none = newton.planned_settings(newton.AdaptationSettings(far_share=0.0), 2000, model.dim, pld)
+    none = planned_settings(AdaptationSettings(far_share=0.0), 2000, model.dim, pld)
     assert none.far_rounds == 0
-    assert (newton.adaptation_releases(pld, newton.AdaptationSettings(far_share=0.0), 2000, model.dim)
-            == newton.adaptation_releases(pld, newton.AdaptationSettings(far_rounds=0), 2000, model.dim))
+    assert (adaptation_releases(pld, AdaptationSettings(far_share=0.0), 2000, model.dim)
+            == adaptation_releases(pld, AdaptationSettings(far_rounds=0), 2000, model.dim))
     # without far rounds the share need not be set
-    newton.noise_multipliers(pld, newton.AdaptationSettings(rounds=8, orient=False, hessian_share=0.25,
+    noise_multipliers(pld, AdaptationSettings(rounds=8, orient=False, hessian_share=0.25,
                                                             far_rounds=0, quantile_share=0.05))
     with pytest.raises(ValueError, match="far_rounds"):
-        newton.planned_settings(newton.AdaptationSettings(far_rounds=-1), 2000, model.dim, pld)
+        planned_settings(AdaptationSettings(far_rounds=-1), 2000, model.dim, pld)
 
 
 def test_median_search_windows_are_per_column():
@@ -138,7 +140,7 @@ def _far_points(model, init, pld, seed=1):
     with np.errstate(all="ignore"):
         result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld, relation="replace_one",
                                      rng_noise=np.random.default_rng(seed), init=init,
-                                     settings=newton.AdaptationSettings(adaptive_clip=False), trace=trace)
+                                     settings=AdaptationSettings(adaptive_clip=False), trace=trace)
     points = np.array([t["theta"] for t in trace if t.get("far")])
     assert len(points) == far.FAR_ROUNDS
     np.testing.assert_allclose(result.path[1:far.FAR_ROUNDS + 1], points)
@@ -206,11 +208,11 @@ def test_the_far_share_is_cut_to_what_resolves_the_votes(n, dim, eps):
         return 2 * math.sqrt(dim) / math.sqrt(2 * (1 - far.MEDIAN_SHARE) * m_round) / n
 
     share = far.planned_far_share(n, dim, pld, far.FAR_ROUNDS)
-    planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
+    planned = planned_settings(AdaptationSettings(), n, dim, pld)
     if noise(far.FAR_SHARE_MAX) > far.VOTE_NOISE_LIMIT:   # unresolvable: no far phase in the plan
         assert share == 0.0 and planned.far_share == 0.0 and planned.far_rounds == 0
-        assert (newton.adaptation_releases(pld, newton.AdaptationSettings(), n, dim)
-                == newton.adaptation_releases(pld, newton.AdaptationSettings(far_rounds=0), n, dim))
+        assert (adaptation_releases(pld, AdaptationSettings(), n, dim)
+                == adaptation_releases(pld, AdaptationSettings(far_rounds=0), n, dim))
         return
     assert math.isclose(far.vote_noise_forecast(share, n, dim, pld, far.FAR_ROUNDS), noise(share))
     if noise(far.FAR_SHARE) > far.VOTE_NOISE_LIMIT:   # raised: the least share that resolves the votes
@@ -223,7 +225,7 @@ def test_the_far_share_is_cut_to_what_resolves_the_votes(n, dim, eps):
     else:
         assert noise(share) <= far.VOTE_NOISE_TARGET
     assert planned.far_share == share and planned.far_rounds == far.FAR_ROUNDS
-    assert newton.planned_settings(newton.AdaptationSettings(far_rounds=0), n, dim, pld).far_share == 0.0
+    assert planned_settings(AdaptationSettings(far_rounds=0), n, dim, pld).far_share == 0.0
 
 
 def test_vote_rows_are_bounded_and_absolute_gradients_count_nan_as_above():
@@ -248,11 +250,11 @@ def test_vote_rows_are_bounded_and_absolute_gradients_count_nan_as_above():
                                          (1000, 4, 4.0), (10_000, 11, 4.0)])
 def test_the_first_median_gets_the_budget_that_puts_half_the_rows_beyond_its_noise(n, dim, eps):
     pld = pld_mean_budget(eps, 1e-5)
-    planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
+    planned = planned_settings(AdaptationSettings(), n, dim, pld)
     assert planned.far_rounds > 0
     boost = planned.far_first_boost
     assert 1.0 <= boost <= far.FIRST_MEDIAN_BOOST_MAX
-    z = newton.noise_multipliers(pld, planned)["far first median"]
+    z = noise_multipliers(pld, planned)["far first median"]
     gap = (n / 2) / (z * math.sqrt(dim))   # count-noise sds between n / 2 and 0 (or n)
     if 1.0 < boost < far.FIRST_MEDIAN_BOOST_MAX:
         assert gap == pytest.approx(far.FIRST_MEDIAN_GAP_SDS, rel=1e-9)
@@ -263,10 +265,10 @@ def test_the_first_median_gets_the_budget_that_puts_half_the_rows_beyond_its_noi
     # the plan still spends exactly the far share
     releases = far.far_releases(planned.far_share * pld, planned.far_rounds, planned.quantile_rounds, boost)
     assert math.isclose(_pld(releases), planned.far_share * pld, rel_tol=1e-12)
-    explicit = newton.planned_settings(newton.AdaptationSettings(far_first_boost=1.0), n, dim, pld)
+    explicit = planned_settings(AdaptationSettings(far_first_boost=1.0), n, dim, pld)
     assert explicit.far_first_boost == 1.0
     with pytest.raises(ValueError, match="far_first_boost"):
-        newton.noise_multipliers(pld, planned._replace(far_first_boost=None))
+        noise_multipliers(pld, planned._replace(far_first_boost=None))
     with pytest.raises(ValueError, match="first_boost"):
         far.far_multipliers(pld, 10, 12, 0.5)
 
@@ -288,7 +290,7 @@ def test_at_434_rows_the_boosted_first_median_is_not_decades_off():
     g = np.abs(model.row_log_lik_grad(np.zeros(dim))[1])
     truth = np.median(g, axis=0)
     pld = pld_mean_budget(4.0, 1e-5)
-    planned = newton.planned_settings(newton.AdaptationSettings(), n, dim, pld)
+    planned = planned_settings(AdaptationSettings(), n, dim, pld)
     assert planned.far_first_boost == far.FIRST_MEDIAN_BOOST_MAX
     off = {}
     for boost in (1.0, planned.far_first_boost):
@@ -315,7 +317,7 @@ def test_the_raised_share_brings_a_far_start_in_where_the_phase_was_left_out():
     from test_step_gain import _earnings_like, _fit
     pld = pld_mean_budget(1.0, 1e-5)
     assert far.vote_noise_forecast(far.FAR_SHARE, 1000, 4, pld, far.FAR_ROUNDS) > far.VOTE_NOISE_LIMIT
-    assert newton.planned_settings(newton.AdaptationSettings(), 1000, 4, pld).far_share > far.FAR_SHARE
+    assert planned_settings(AdaptationSettings(), 1000, 4, pld).far_share > far.FAR_SHARE
     with_phase, without = [], []
     for seed in range(16):
         model = _earnings_like(1000, seed)

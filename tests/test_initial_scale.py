@@ -1,5 +1,5 @@
 """The initial scale: a private upper quantile of the per-row curvatures among the rows that depend
-on each coordinate (:func:`stan_dp.adaptation.newton._initial_scale`).
+on each coordinate (:func:`stan_dp.adaptation.initial_frame._initial_scale`).
 
 Its first count release counts, per coordinate, the rows whose curvature is not 0; the quantile
 search then takes its tail of those rows.  Taken of all ``n`` rows, the tail finds ~0 for a
@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stan_dp.adaptation import AdaptationSettings, newton
+from stan_dp.adaptation import AdaptationSettings, initial_frame
+from stan_dp.adaptation.plan import (PLANNED_SCALE_TAIL, QUANTILE_SHARE, QUANTILE_SHARE_MAX, SCALE_TAIL_SDS,
+                                     noise_multipliers, planned_settings)
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
@@ -35,7 +37,7 @@ def _model(seed: int) -> NormalRegression:
 def _ratios(seed: int, z: float) -> tuple[np.ndarray, np.ndarray, Ledger]:
     model = _model(seed)
     ledger = Ledger("replace_one")
-    scale, at_floor = newton._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(), z,
+    scale, at_floor = initial_frame._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(), z,
                                             np.random.default_rng(seed), ledger, "scale count")
     with np.errstate(divide="ignore"):
         truth = 1.0 / np.sqrt(np.sum(model.x**2, axis=0))   # beta's sd at sigma = 1
@@ -76,7 +78,7 @@ def test_a_coordinate_few_rows_depend_on_is_found_and_one_none_depend_on_is_at_t
 
 def test_fewer_than_two_quantile_rounds_are_refused():
     with pytest.raises(ValueError, match="quantile_rounds"):
-        newton.planned_settings(AdaptationSettings(quantile_rounds=1), 1000, 3, 1.0)
+        planned_settings(AdaptationSettings(quantile_rounds=1), 1000, 3, 1.0)
 
 
 def _dense_ratio_extremes(share: float, seeds: range) -> tuple[np.ndarray, np.ndarray]:
@@ -84,14 +86,14 @@ def _dense_ratio_extremes(share: float, seeds: range) -> tuple[np.ndarray, np.nd
     epsilon = 1, with the count noise the plan gives ``share`` (largest and smallest per seed)."""
     d = 12   # intercept, 10 standard normal predictors, log sigma
     pld = pld_mean_budget(1.0, 1e-5)
-    settings = newton.planned_settings(AdaptationSettings(quantile_share=share), N, d, pld)
-    z = newton.noise_multipliers(pld, settings)["scale"]
+    settings = planned_settings(AdaptationSettings(quantile_share=share), N, d, pld)
+    z = noise_multipliers(pld, settings)["scale"]
     top, bottom = [], []
     for seed in seeds:
         rng = np.random.default_rng(seed)
         x = np.column_stack([np.ones(N), rng.normal(size=(N, d - 2))])
         model = NormalRegression(x, x @ np.linspace(-0.5, 0.5, d - 1) + rng.normal(size=N))
-        scale, _ = newton._initial_scale(queries(model), np.zeros(d), N, AdaptationSettings(), z,
+        scale, _ = initial_frame._initial_scale(queries(model), np.zeros(d), N, AdaptationSettings(), z,
                                          np.random.default_rng(seed), Ledger("replace_one"), "scale count")
         ratio = scale[:d - 1] * np.sqrt(np.sum(x**2, axis=0))   # truth 1 / sqrt(sum x^2) at sigma = 1
         top.append(ratio.max())
@@ -108,12 +110,12 @@ def test_the_planned_share_keeps_the_tail_off_the_median_and_every_frame_on_its_
     # the floor — with the old share 1 of 24 stays beyond 3 — so the old share's count is taken
     # with that cap switched off.)
     pld = pld_mean_budget(1.0, 1e-5)
-    planned = newton.planned_settings(AdaptationSettings(), N, 12, pld)
-    assert planned.quantile_share == newton.QUANTILE_SHARE_MAX
-    top, bottom = _dense_ratio_extremes(newton.QUANTILE_SHARE_MAX, range(24))
+    planned = planned_settings(AdaptationSettings(), N, 12, pld)
+    assert planned.quantile_share == QUANTILE_SHARE_MAX
+    top, bottom = _dense_ratio_extremes(QUANTILE_SHARE_MAX, range(24))
     assert np.all(top < 2.0) and np.all(bottom > 0.5), (top, bottom)
-    monkeypatch.setattr(newton, "SPARSE_SDS", np.inf)   # no coordinate is "surely sparse"
-    old_top, _ = _dense_ratio_extremes(newton.QUANTILE_SHARE, range(24))
+    monkeypatch.setattr(initial_frame, "SPARSE_SDS", np.inf)   # no coordinate is "surely sparse"
+    old_top, _ = _dense_ratio_extremes(QUANTILE_SHARE, range(24))
     assert np.sum(old_top > 3.0) >= 6, old_top
 
 
@@ -121,20 +123,20 @@ def test_the_planned_share_keeps_the_tail_off_the_median_and_every_frame_on_its_
                                          (300, 6, 4.0), (40, 3, 4.0), (10_000, 11, 1.0), (1000, 11, 4.0)])
 def test_the_planned_share_is_the_least_that_keeps_the_tail_at_the_planned_fraction(n, dim, eps):
     pld = pld_mean_budget(eps, 1e-5)
-    planned = newton.planned_settings(AdaptationSettings(), n, dim, pld)
+    planned = planned_settings(AdaptationSettings(), n, dim, pld)
     share = planned.quantile_share
-    assert newton.QUANTILE_SHARE <= share <= newton.QUANTILE_SHARE_MAX
-    z = newton.noise_multipliers(pld, planned)["scale"]
+    assert QUANTILE_SHARE <= share <= QUANTILE_SHARE_MAX
+    z = noise_multipliers(pld, planned)["scale"]
     # independent of the plan's algebra: the count noise sd the releases will have, in rows
-    tail = newton.SCALE_TAIL_SDS * z * np.sqrt(dim) / n
-    if newton.QUANTILE_SHARE < share < newton.QUANTILE_SHARE_MAX:   # binding: exactly at the fraction
-        assert tail == pytest.approx(newton.PLANNED_SCALE_TAIL, rel=1e-9)
-    elif share == newton.QUANTILE_SHARE:   # the rows suffice at the default share
-        assert tail <= newton.PLANNED_SCALE_TAIL
+    tail = SCALE_TAIL_SDS * z * np.sqrt(dim) / n
+    if QUANTILE_SHARE < share < QUANTILE_SHARE_MAX:   # binding: exactly at the fraction
+        assert tail == pytest.approx(PLANNED_SCALE_TAIL, rel=1e-9)
+    elif share == QUANTILE_SHARE:   # the rows suffice at the default share
+        assert tail <= PLANNED_SCALE_TAIL
     else:   # capped: the rest of the budget goes to the rounds
-        assert tail > newton.PLANNED_SCALE_TAIL
+        assert tail > PLANNED_SCALE_TAIL
     # an explicit share is kept
-    explicit = newton.planned_settings(AdaptationSettings(quantile_share=0.07), n, dim, pld)
+    explicit = planned_settings(AdaptationSettings(quantile_share=0.07), n, dim, pld)
     assert explicit.quantile_share == 0.07
 
 
@@ -161,7 +163,7 @@ def test_a_coordinate_with_too_few_rows_to_measure_is_no_wider_than_the_widest_m
     # measured coordinate's (here the intercept's, about 0.6 of male's sd), not 1 (about 20 times
     # it); where it is not (the all-zero column, and rare in most seeds), 1, as before.
     released = []
-    counts = newton.noisy_counts
+    counts = initial_frame.noisy_counts
 
     def recording(*args, **kwargs):
         out = counts(*args, **kwargs)
@@ -170,16 +172,16 @@ def test_a_coordinate_with_too_few_rows_to_measure_is_no_wider_than_the_widest_m
             released.append(np.array(out, dtype=float))
         return out
 
-    monkeypatch.setattr(newton, "noisy_counts", recording)
+    monkeypatch.setattr(initial_frame, "noisy_counts", recording)
     z, capped_seen = 70.0, 0
     for seed in range(12):
         model = _model(seed)
         released.clear()
-        scale, at_floor = newton._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(),
+        scale, at_floor = initial_frame._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(),
                                                 z, np.random.default_rng(seed), Ledger("replace_one"),
                                                 "scale count")
         (depending,) = released
-        sure = at_floor & (depending > newton.SPARSE_SDS * z * np.sqrt(model.dim))
+        sure = at_floor & (depending > initial_frame.SPARSE_SDS * z * np.sqrt(model.dim))
         widest = np.max(scale[~at_floor])
         np.testing.assert_array_equal(scale[sure], np.minimum(1.0, widest))
         np.testing.assert_array_equal(scale[at_floor & ~sure], 1.0)

@@ -3,7 +3,7 @@
 An intercept and a slope on a predictor in metres around 5 km (sd 1 km) form a
 ridge whose curvature, in the diagonal frame of the initial scale, is 2 % of
 its coordinates' own: the rounds' curvature releases cannot resolve it at
-small budgets.  :func:`stan_dp.adaptation.newton._oriented_frame` finds its
+small budgets.  :func:`stan_dp.adaptation.initial_frame._oriented_frame` finds its
 direction from one release of the rows' curvatures normalised to unit
 Frobenius norm, and its scale from private quantiles along it.  Checked here
 against the exact posterior (NumPy logistic regression, Laplace at the exact
@@ -20,14 +20,18 @@ import pytest
 from scipy import stats
 
 import stan_dp
-from stan_dp.adaptation import newton
+from stan_dp.adaptation import initial_frame, newton
+from stan_dp.adaptation.curvature import _orientation_rows
+from stan_dp.adaptation.plan import (AdaptationSettings, HESSIAN_SHARE, ORIENT_NOISE_TARGET, QUANTILE_SHARE,
+                                     adaptation_releases, noise_multipliers, orientation_detection_forecast,
+                                     orientation_noise_forecast, planned_settings, round_count)
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
 from test_auto import Logistic
 
-ORIENT = newton.AdaptationSettings(orient=True)    # forced (the default decides from public facts)
-PLAIN = newton.AdaptationSettings(orient=False)
+ORIENT = AdaptationSettings(orient=True)    # forced (the default decides from public facts)
+PLAIN = AdaptationSettings(orient=False)
 
 
 def _glm(n: int, seed: int, unstandardised: bool) -> Logistic:
@@ -49,11 +53,11 @@ def _diagonal_frame(model: Logistic) -> np.ndarray:
 
 
 def _orient(model: Logistic, frame: np.ndarray, relation: str = "replace_one", seed: int = 0):
-    settings = ORIENT._replace(rounds=10, hessian_share=newton.HESSIAN_SHARE, far_rounds=0,
-                               quantile_share=newton.QUANTILE_SHARE)
-    z = newton.noise_multipliers(pld_mean_budget(1.0, 1e-5), settings)
+    settings = ORIENT._replace(rounds=10, hessian_share=HESSIAN_SHARE, far_rounds=0,
+                               quantile_share=QUANTILE_SHARE)
+    z = noise_multipliers(pld_mean_budget(1.0, 1e-5), settings)
     ledger = Ledger(relation)
-    out, turned = newton._oriented_frame(queries(model), np.zeros(model.dim), frame,
+    out, turned = initial_frame._oriented_frame(queries(model), np.zeros(model.dim), frame,
                                          np.ones(model.dim, dtype=bool), model.n_rows, settings,
                                          z["orientation"], z["direction"], np.random.default_rng(seed),
                                          ledger)
@@ -70,7 +74,7 @@ def _condition(model: Logistic, frame: np.ndarray) -> float:
 def test_orientation_rows_are_normalised_and_the_releases_have_the_stated_sensitivities():
     model = _glm(2000, 0, True)
     frame = _diagonal_frame(model)
-    rows = newton._orientation_rows(model, np.zeros(model.dim), frame, 1e-3)
+    rows = _orientation_rows(model, np.zeros(model.dim), frame, 1e-3)
     norms = np.linalg.norm(rows, axis=1)
     assert np.allclose(norms, 1.0)                       # every row weighs the same
     mats = rows.reshape(-1, model.dim, model.dim)
@@ -92,14 +96,14 @@ def test_the_plan_lists_the_orientation_releases_and_they_fit_the_budget():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = stan_dp.sample(model, epsilon=2.0, delta=1e-6, seed=5, draws=20, settings=ORIENT)
-    settings = newton.planned_settings(ORIENT, 2000, model.dim, pld_mean_budget(2.0, 1e-6))
-    plan = newton.adaptation_releases(1.0, settings, 2000, model.dim)
+    settings = planned_settings(ORIENT, 2000, model.dim, pld_mean_budget(2.0, 1e-6))
+    plan = adaptation_releases(1.0, settings, 2000, model.dim)
     assert fit.attrs["releases"] == sum(r.count for r in plan)
     assert "orientation sum: 1 x" in fit.attrs["release_summary"]
     assert f"direction count: {ORIENT.quantile_rounds} x" in fit.attrs["release_summary"]
     assert fit.attrs["epsilon_spent"] <= 2.0
     # without orient the plan has neither
-    plain = newton.adaptation_releases(1.0, PLAIN._replace(rounds=settings.rounds), 2000, model.dim)
+    plain = adaptation_releases(1.0, PLAIN._replace(rounds=settings.rounds), 2000, model.dim)
     assert sum(r.count for r in plain) == sum(r.count for r in plan) - 1 - ORIENT.quantile_rounds
 
 
@@ -142,7 +146,7 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(n, epsilon, 
     model = _glm(n, seed, True)
     mode, cov = model.exact()
     errors = {}
-    for name, settings in (("plain", PLAIN), ("oriented", newton.AdaptationSettings())):  # default
+    for name, settings in (("plain", PLAIN), ("oriented", AdaptationSettings())):  # default
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=seed + 100, draws=400,
@@ -165,27 +169,27 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
     ``Phi^-1(1 - 0.05 / (d (d - 1)))``.  Off at n = 1e3, D = 10, epsilon = 1 (1.22) and at
     n = 434, epsilon = 4 (0.81); on at n = 1e3, D = 10, epsilon = 4 (0.35: the ridge cell the
     spectral gate used to leave at 8-10 sds)."""
-    default = newton.AdaptationSettings()
+    default = AdaptationSettings()
     assert default.orient is None
     for n, dim, eps, on in ((10_000, 11, 1.0, True), (1000, 6, 4.0, True), (1000, 11, 4.0, True),
                             (1000, 6, 1.0, False), (100_000, 11, 1.0, True), (1000, 11, 1.0, False),
                             (434, 11, 4.0, False)):
         m = pld_mean_budget(eps, 1e-5)
-        planned = newton.planned_settings(default, n, dim, m)
+        planned = planned_settings(default, n, dim, m)
         unplanned = default._replace(orient=True, rounds=1, hessian_share=0.25, far_rounds=0, quantile_share=0.05)
-        z = newton.noise_multipliers(m, unplanned)["orientation"]
+        z = noise_multipliers(m, unplanned)["orientation"]
         forecast = 1.5 * 2 * z * math.sqrt(2 * dim) * dim / n
         detect = stats.norm.isf(0.05 / (dim * (dim - 1))) * 2 * z / math.sqrt(2) * dim / n
-        assert math.isclose(newton.orientation_noise_forecast(default, n, dim, m), forecast)
-        assert math.isclose(newton.orientation_detection_forecast(default, n, dim, m), detect)
+        assert math.isclose(orientation_noise_forecast(default, n, dim, m), forecast)
+        assert math.isclose(orientation_detection_forecast(default, n, dim, m), detect)
         assert planned.orient is on and bool(detect < 0.5) is on, (n, dim, eps, detect)
-        assert planned.rounds == newton.round_count(planned, n, dim, m)
+        assert planned.rounds == round_count(planned, n, dim, m)
         if on:   # shares cut until the spectral forecast is at the target, never raised
-            cut = min(1.0, (forecast / newton.ORIENT_NOISE_TARGET) ** 2)
+            cut = min(1.0, (forecast / ORIENT_NOISE_TARGET) ** 2)
             assert math.isclose(planned.orientation_share, default.orientation_share * cut)
             assert math.isclose(planned.direction_share, default.direction_share * cut)
-            assert math.isclose(newton.orientation_noise_forecast(planned, n, dim, m),
-                                max(forecast, newton.ORIENT_NOISE_TARGET))
+            assert math.isclose(orientation_noise_forecast(planned, n, dim, m),
+                                max(forecast, ORIENT_NOISE_TARGET))
     # the run's plan follows: no orientation release where it is off
     model = _glm(1000, 0, False)
     with warnings.catch_warnings():

@@ -1,6 +1,6 @@
 """The final pooling of the private mode search: its dispersion test and random-effects pooling.
 
-``newton._pooled_estimate`` averages the near rounds' one-step estimates
+``pooling._pooled_estimate`` averages the near rounds' one-step estimates
 ``e_k = theta_k + H^-1 g_k`` with their noise precisions.  Under the noise
 alone ``Q = sum_k (e_k - m)' V_k^-1 (e_k - m)`` is chi-squared with
 ``d (K - 1)`` degrees of freedom; beyond its 99 % quantile the pooling adds
@@ -23,7 +23,7 @@ import numpy as np
 from scipy import optimize, stats
 
 import densities
-from stan_dp.adaptation import newton
+from stan_dp.adaptation import pooling
 
 D, K = 3, 12
 H = np.array([[4.0, 1.0, 0.5], [1.0, 2.0, 0.3], [0.5, 0.3, 9.0]])   # the curvature (theta space)
@@ -52,7 +52,7 @@ def _pool(rng: np.random.Generator, outlier: float = 0.0) -> tuple[list[dict], l
             grad += H @ (outlier * direction)
         pool.append({"theta": theta, "grad": grad, "grad_precision": frame @ frame.T / s**2,
                      "hess": H.copy(), "prior_hess": np.zeros((D, D)), "sd_h": 1e-9,
-                     "hess_diag_sd": newton.curvature_diagonal_sd(1e-9, inv)})
+                     "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, inv)})
         covs.append(cov)
     return pool, covs
 
@@ -80,7 +80,7 @@ def test_dispersion_is_chi_squared_under_the_noise_alone():
     qs, fired = [], 0
     for _ in range(600):
         pool, covs = _pool(rng)
-        pooled = newton._pooled_estimate(pool, np.eye(D), random_effects=True)
+        pooled = pooling._pooled_estimate(pool, np.eye(D), random_effects=True)
         qs.append(pooled.dispersion * dof)
         fired += pooled.heterogeneity > 0.0
         if pooled.heterogeneity == 0.0:
@@ -104,11 +104,11 @@ def test_a_dominant_outlying_round_is_pooled_as_a_random_effect():
     post_sd = np.sqrt(np.diag(np.linalg.inv(H)))
     for _ in range(20):
         pool, covs = _pool(rng, outlier=15.0)
-        fixed = newton._pooled_estimate(pool, np.eye(D))
-        pooled = newton._pooled_estimate(pool, np.eye(D), random_effects=True)
+        fixed = pooling._pooled_estimate(pool, np.eye(D))
+        pooled = pooling._pooled_estimate(pool, np.eye(D), random_effects=True)
         fixed_error = np.max(np.abs(fixed.mode - MODE) / post_sd)
         assert fixed_error > 3.0, fixed_error
-        assert pooled.dispersion * dof > stats.chi2.ppf(newton.DISPERSION_QUANTILE, dof)
+        assert pooled.dispersion * dof > stats.chi2.ppf(pooling.DISPERSION_QUANTILE, dof)
         c = pooled.heterogeneity
         assert c > 0.0
         mode, cov, q = _direct(pool, covs, c)
@@ -135,8 +135,8 @@ def test_paule_mandel_root_against_a_scalar_solver():
     steps = MODE + 3.0 * (root @ rng.normal(size=(D, K))).T      # dispersed: sd 3 posterior sds
     pool = [{"theta": e, "grad": np.zeros(D), "grad_precision": frame @ frame.T, "hess": H.copy(),
              "prior_hess": np.zeros((D, D)), "sd_h": 1e-9,
-             "hess_diag_sd": newton.curvature_diagonal_sd(1e-9, np.linalg.inv(frame))} for e in steps]
-    pooled = newton._pooled_estimate(pool, np.eye(D), random_effects=True)
+             "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, np.linalg.inv(frame))} for e in steps]
+    pooled = pooling._pooled_estimate(pool, np.eye(D), random_effects=True)
     dof = D * (K - 1)
     centred = steps - steps.mean(axis=0)
     q0 = float(np.sum(centred @ H * centred)) / v
@@ -170,12 +170,12 @@ def test_the_next_frame_widens_no_direction_by_more_than_the_cap_and_nothing_els
     rng = np.random.default_rng(5)
     pool, covs = _pool(rng)
     root_h_inv = np.linalg.cholesky(np.linalg.inv(H))   # a frame in which H is the identity
-    g = newton.POOL_FRAME_GROWTH
+    g = pooling.POOL_FRAME_GROWTH
     for narrow in (1.1, 10.0):   # the current frame narrower than the posterior by this factor
         frame = root_h_inv / narrow
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pooled = newton._pooled_estimate(pool, frame)
+            pooled = pooling._pooled_estimate(pool, frame)
         np.testing.assert_allclose(pooled.curvature, H, rtol=1e-9)
         mode, cov, _ = _direct(pool, covs, 0.0)
         np.testing.assert_allclose(pooled.mode, mode, rtol=1e-9, atol=1e-12)
@@ -205,12 +205,12 @@ def test_the_earnings_like_run_whose_pooled_frame_ran_away_now_settles():
         return float(np.max(np.abs(est - mean) / sd))
 
     assert worst(_fit(model, 4.0, 508)) < 5.0
-    original = newton.POOL_FRAME_GROWTH
+    original = pooling.POOL_FRAME_GROWTH
     try:
-        newton.POOL_FRAME_GROWTH = 1e6
+        pooling.POOL_FRAME_GROWTH = 1e6
         assert worst(_fit(model, 4.0, 508)) > 100.0
     finally:
-        newton.POOL_FRAME_GROWTH = original
+        pooling.POOL_FRAME_GROWTH = original
 
 
 def _round(theta, one_step, s=1.0):
@@ -219,7 +219,7 @@ def _round(theta, one_step, s=1.0):
     d = theta.size
     return {"theta": theta, "grad": np.asarray(one_step, dtype=float) - theta,
             "grad_precision": np.eye(d) / s**2, "hess": np.eye(d), "prior_hess": np.zeros((d, d)),
-            "sd_h": 1e-9, "hess_diag_sd": newton.curvature_diagonal_sd(1e-9, np.eye(d))}
+            "sd_h": 1e-9, "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, np.eye(d))}
 
 
 def test_a_round_leaves_the_pool_only_if_it_is_far_from_what_is_left_as_well():
@@ -234,20 +234,20 @@ def test_a_round_leaves_the_pool_only_if_it_is_far_from_what_is_left_as_well():
     reach = 3.0 * math.sqrt(2) + 3.0
     frame = np.eye(2)
     loop = [_round([0, 0], [20, 0]), _round([0, 0], [20, 0]), _round([20, 0], [0, 0])]
-    pooled = newton._pooled_estimate(loop, frame)
+    pooled = pooling._pooled_estimate(loop, frame)
     np.testing.assert_allclose(pooled.mode, [40 / 3, 0], atol=1e-9)
-    kept = [r for r in loop if newton._distance(r["theta"], pooled) <= reach]
+    kept = [r for r in loop if pooling._distance(r["theta"], pooled) <= reach]
     assert len(kept) == 1 and kept[0] is loop[2]   # the plain filter drops the two rounds at A ...
-    narrower = newton._pooled_estimate(kept, frame)
+    narrower = pooling._pooled_estimate(kept, frame)
     np.testing.assert_allclose(narrower.mode, [0, 0], atol=1e-9)
-    assert not newton._drop_consistent(loop, kept, narrower, reach)   # ... whose point is the mode left
+    assert not pooling._drop_consistent(loop, kept, narrower, reach)   # ... whose point is the mode left
     far = [_round([0, 0], [0.5, 0]), _round([0.2, 0], [0.5, 0]), _round([30, 0], [5, 0])]
-    pooled = newton._pooled_estimate(far, frame)
-    kept = [r for r in far if newton._distance(r["theta"], pooled) <= reach]
+    pooled = pooling._pooled_estimate(far, frame)
+    kept = [r for r in far if pooling._distance(r["theta"], pooled) <= reach]
     assert len(kept) == 2 and all(r is not far[2] for r in kept)
-    narrower = newton._pooled_estimate(kept, frame)
-    assert newton._distance(far[2]["theta"], narrower) > reach
-    assert newton._drop_consistent(far, kept, narrower, reach)
+    narrower = pooling._pooled_estimate(kept, frame)
+    assert pooling._distance(far[2]["theta"], narrower) > reach
+    assert pooling._drop_consistent(far, kept, narrower, reach)
 
 
 def test_random_effects_find_their_root_however_far_apart_the_rounds_are():
@@ -260,13 +260,13 @@ def test_random_effects_find_their_root_however_far_apart_the_rounds_are():
     steps = rng.normal(size=(k, d)) * 1e28
     covs = [np.eye(d) * rng.uniform(0.5, 2.0) for _ in range(k)]
     dof = d * (k - 1)
-    c, mode, cov = newton._random_effects(steps, covs, dof)
+    c, mode, cov = pooling._random_effects(steps, covs, dof)
     assert 1e54 < c < 1e58
-    assert math.isclose(newton._dispersion_q(steps, covs, c)[0], dof, rel_tol=1e-6)
+    assert math.isclose(pooling._dispersion_q(steps, covs, c)[0], dof, rel_tol=1e-6)
     # direct: with equal-size covariances v_k + c I ~ c I the mode is the plain mean
     np.testing.assert_allclose(mode, steps.mean(axis=0), rtol=1e-6)
     steps[0, 0] = np.inf
     with np.errstate(all="ignore"):
-        c, _, cov = newton._random_effects(steps, covs, dof)
-    assert c == newton.MAX_HETEROGENEITY
+        c, _, cov = pooling._random_effects(steps, covs, dof)
+    assert c == pooling.MAX_HETEROGENEITY
     assert not np.all(np.isfinite(cov)) or np.max(np.diag(cov)) > 1e200

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from stan_dp.adaptation.newton import NOISE_SPECTRAL_FACTOR, unit_diagonal
+from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
+from stan_dp.adaptation.initial_frame import unit_diagonal
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum
 from stan_dp.adaptation.ridge import FAMILYWISE, entry_threshold, thresholded_ridges
 

@@ -19,9 +19,8 @@ import warnings
 import numpy as np
 
 import stan_dp
-from stan_dp.adaptation import AdaptationSettings
-from stan_dp.adaptation import newton
-from stan_dp.adaptation.newton import _gain_floor
+from stan_dp.adaptation import AdaptationSettings, initial_frame
+from stan_dp.adaptation.curvature import _gain_floor
 from densities import LogisticRegression, NormalRegression
 
 
@@ -73,9 +72,9 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(monkeypatch)
     # runs with sigma out of range, 1 and 0 beyond 1e3 (median 14 -> 12).  The far phase is left
     # out, as it was here before planned_far_share raised its share for such a cell (0.19): it
     # brings sigma in first, so that without the cap no run went out of range.  So is the cap on a
-    # sparse coordinate's initial scale (newton.SPARSE_SDS), which keeps ``male`` from scale 1
+    # sparse coordinate's initial scale (initial_frame.SPARSE_SDS), which keeps ``male`` from scale 1
     # where its count is beyond 2 noise sds (without the gain cap 1 run out of range, not 3).
-    monkeypatch.setattr(newton, "SPARSE_SDS", math.inf)
+    monkeypatch.setattr(initial_frame, "SPARSE_SDS", math.inf)
     sigma_ratio, worst = {}, {}
     for gain in (math.inf, 100.0):
         ratios, errors = [], []

@@ -4,7 +4,12 @@
 * :mod:`.releases` — the adaptation's Gaussian mechanisms and their ledger;
 * :mod:`.quantile` — private per-coordinate quantiles by binary search on noisy counts;
 * :mod:`.far` — the far phase: sign-led steps from a start far from the posterior;
-* :mod:`.newton` — private mode and curvature in a learned frame (averaged one-step estimates);
+* :mod:`.plan` — the search's settings and every release it will make, from public facts;
+* :mod:`.initial_frame` — the search's starting frame: private scales, a turn along a ridge;
+* :mod:`.curvature` — per-row curvature in the frame and one round's frame algebra;
+* :mod:`.newton` — private mode and curvature in a learned frame (the Newton rounds);
+* :mod:`.pooling` — the rounds near the mode pooled into one estimate (post-processing);
+* :mod:`.result` — what the search returns and the diagnostics read from it;
 * :mod:`.ridge` — the ridges a released curvature matrix shows (entries beyond their noise);
 * :mod:`.whitened` — the model seen in the learned frame;
 * :mod:`.warmup` — a chain's own warm-up (DP HMC's): the averaged gradient-ascent mode search
@@ -15,7 +20,9 @@ adaptation, not the other way round.
 """
 
 from .forecast import Forecast, forecast, gdp_mu, pld_mean_budget, whitened_grad_scale
-from .newton import AdaptationResult, AdaptationSettings, adaptation_releases, private_mode
+from .newton import private_mode
+from .plan import AdaptationSettings, adaptation_releases
+from .result import AdaptationResult
 
 __all__ = [
     "Forecast",

@@ -1,6 +1,6 @@
 """The ridges a released, unit-diagonal curvature matrix shows: entries beyond their noise.
 
-:func:`~stan_dp.adaptation.newton._oriented_frame` releases the rows'
+:func:`~stan_dp.adaptation.initial_frame._oriented_frame` releases the rows'
 curvature in the initial diagonal frame and scales it to unit diagonal
 (``R``).  A ridge of the posterior (an intercept and a slope on a predictor
 far from 0) is an off-diagonal entry of ``R`` near ``+-1``; uncorrelated

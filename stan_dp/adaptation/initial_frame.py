@@ -1,0 +1,240 @@
+"""The search's initial frame: private per-coordinate scales and, optionally, a turn along a ridge.
+
+At the starting point (:func:`_initial_scale`) a private tail quantile of the
+per-row curvatures gives each coordinate its scale, with a released count of
+the rows that depend on it; :func:`_oriented_frame` then turns that diagonal
+frame along the principal directions of the rows' released curvature.  Every
+data access is a release written to the ledger
+(:mod:`stan_dp.adaptation.releases`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from scipy import stats
+
+from stan_dp.adaptation.curvature import _curvature_rows, _orientation_rows
+from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR, AdaptationSettings, scale_tail, tail_rows
+from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
+from stan_dp.adaptation.ridge import thresholded_ridges
+from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
+from stan_dp.aggregates import RowColumns
+
+__all__ = ["unit_diagonal"]
+
+
+DEPENDING_SDS = 3.0
+"""A coordinate counts as depending on the rows (:func:`_initial_scale`) only where its released
+count of depending rows is beyond this many noise sds."""
+DEPENDING_LOWER_SDS = 2.0
+"""The initial scale's tail holds at most half of the released count of depending rows less this
+many noise sds (a lower bound on the rows that depend on the coordinate: :func:`_initial_scale`)."""
+SPARSE_SDS = 2.0
+"""A coordinate at the initial scale's floor whose released count of depending rows is beyond this
+many noise sds (rows surely depend on it, too few to measure its scale) is no wider than the
+widest coordinate measured (:func:`_initial_scale`)."""
+
+
+RIDGE_EIGENVALUE = 0.25
+""":func:`_oriented_frame` turns the frame when the released orientation matrix, scaled to unit
+diagonal, has an eigenvalue below this: some combination of coordinates has less than a quarter of
+the curvature its coordinates have on their own (an intercept and a predictor in metres around
+5 km: 0.02), a ridge that the diagonal frame hides from the rounds."""
+
+
+def unit_diagonal(m: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``R = D^-1/2 M D^-1/2`` of a :func:`clipped_matrix_sum` release and its entries' noise sd.
+
+    ``D`` is ``M``'s diagonal floored at 3 noise sds (a diagonal within its
+    noise would blow the entries up).  ``M``'s off-diagonal noise sd is
+    ``s / sqrt(2)``, so ``R``'s is ``s / (sqrt(2) sqrt(D_i D_j))``, taking
+    ``D`` as fixed (its own noise is of second order).  Returns ``R``, the sd
+    matrix and ``D``.
+    """
+    diag = np.maximum(np.diag(m), 3.0 * sd)
+    scaling = np.sqrt(np.outer(diag, diag))
+    return m / scaling, sd / (math.sqrt(2.0) * scaling), diag
+
+
+def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
+                    n_public: int, s: AdaptationSettings, z_orientation: float, z_direction: float,
+                    rng_noise: np.random.Generator, ledger: Ledger) -> tuple[np.ndarray, bool]:
+    """Turn the initial diagonal frame along the curvature's principal directions (two releases).
+
+    A diagonal frame sees each coordinate's curvature but not how they
+    combine: an intercept and a slope on a predictor in metres around 5 km
+    (sd 1 km) have a combined curvature 2 % of their diagonal ones, a ridge
+    whose curvature the rounds' releases cannot resolve (their noise is set
+    for the posterior's frame), so the search creeps along it (8-26 posterior
+    sds off at n = 1e4, epsilon = 1; 1.4 rms with the posterior's own frame,
+    as with standardised predictors).  The *direction* of the ridge is much
+    easier to find than its curvature: it is an eigenvector whose eigenvalue
+    is separated from the others by about their size, not by its own.
+
+    1. Release ``M = sum_i S_i / ||S_i||_F`` with ``S_i = -A' H_i A`` in the
+       diagonal frame ``A`` (every row's curvature normalised to Frobenius
+       norm 1: no bound to choose, sensitivity ``k``), over the coordinates
+       the rows depend on.  Scaled to unit diagonal (``R = D^-1/2 M D^-1/2``)
+       its eigenvectors are the principal directions of the rows' curvature.
+    2. Group the coordinates that some off-diagonal entry of ``R`` beyond
+       its noise joins (:func:`~stan_dp.adaptation.ridge.thresholded_ridges`:
+       a Bonferroni threshold, 5 % familywise; the noise's spectral norm
+       swamps the whole of ``R`` at budgets where a ridge's single entry
+       still stands out).  A group turns if its block's smallest eigenvalue
+       is below :data:`RIDGE_EIGENVALUE` and below ``1 - tau_G`` (beyond its
+       noise, ``tau_G`` the block's noise in spectral norm) but not below
+       ``-tau`` (far from the mode a scale parameter makes rows indefinite:
+       a varying intercept had -0.39 against 0.18, and turning there sent
+       its mean 277 sds off), ``tau`` the whole release's noise where it is
+       below 1 (as before the groups: a regression whose intercept starts
+       100 away from an outcome around 100, -0.3 to -0.48 against ~0.5,
+       needs the turn; held to its pair's noise, 0.2, its sigma ended 4-6
+       sds off instead of within 1.6), the group's own otherwise.  A turned
+       group's directions are its block's eigenvectors
+       (``u_k = D^-1/2 w_k``, unit length in the frame); every other
+       coordinate keeps its axis.
+    3. A private upper quantile of the per-row curvature along every
+       direction (:func:`~stan_dp.adaptation.quantile.private_quantiles`, the
+       statistic of the initial scale along ``b_k = A u_k``) gives each
+       turned direction its scale: the new frame's columns are
+       ``b_k / sqrt(c_k)`` (``c_k`` the mean curvature the quantile implies,
+       as in the initial scale); an axis (no turned group) keeps the initial
+       scale.  When the frame is not turned the quantiles are released all
+       the same (the plan does not depend on the data) and the initial frame
+       is kept.
+
+    The plan is the same whatever the data (one matrix release and
+    ``quantile_rounds`` count releases); everything after the releases is
+    post-processing.  Returns the new frame and whether it was turned.
+    """
+    d = theta.size
+    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step)
+    m_rel, sd_m = clipped_matrix_sum(rng_noise, RowColumns(holder, stat, 0, d * d), 1.0,
+                                     z_orientation, ledger, "orientation sum")
+    del stat
+    idx = np.flatnonzero(data_coordinates)
+    directions = np.eye(d)[:, idx]
+    turned = False
+    ridged = np.zeros(idx.size, dtype=bool)   # coordinates whose group of R turns
+    if idx.size >= 2:
+        r, entry_sd, diag = unit_diagonal(m_rel[np.ix_(idx, idx)], sd_m)
+        ridges = thresholded_ridges(r, entry_sd)
+        # the whole release's noise in R (an upper bound: the smallest diagonal scales it)
+        tau_all = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
+        for group in ridges.groups:
+            lam = ridges.eigenvalues[group]
+            tau_g = NOISE_SPECTRAL_FACTOR * float(ridges.noise_norm[group[0]])
+            # rows indefinite beyond the noise mean a start far from the mode, not a ridge;
+            # where the whole release resolves R that noise is its own (as before the groups)
+            guard = tau_all if tau_all < 1.0 else tau_g
+            ridged[group] = (np.all(np.isfinite(lam)) and tau_g < 1.0
+                             and -guard < float(lam.min()) < min(RIDGE_EIGENVALUE, 1.0 - tau_g))
+        if ridged.any():
+            u = np.where(ridged[None, :], ridges.directions, np.eye(idx.size)) / np.sqrt(diag)[:, None]
+            u /= np.linalg.norm(u, axis=0)
+            directions = np.zeros((d, idx.size))
+            directions[idx] = u
+            turned = True
+    b = frame @ directions
+    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b)
+    tail = scale_tail(n_public, max(idx.size, 1), z_direction)
+    t, at_floor = private_quantiles(rng_noise, RowColumns(holder, stat, 0, b.shape[1]), tail=tail,
+                                    n_public=n_public, rounds=s.quantile_rounds,
+                                    noise_multiplier=z_direction, ledger=ledger, what="direction count")
+    del stat
+    if not turned:
+        # No ridge: keep the initial scale.  Averaging in this second estimate of the same axes
+        # cost more than it gave (Poisson GLM, n = 1e3, eps = 4: rms 4.3 against 2.5 sds).
+        return frame, turned
+    c = n_public * t / float(stats.chi2.ppf(1.0 - tail, 1))
+    with np.errstate(all="ignore"):
+        stretch = np.where(at_floor | ~np.isfinite(c) | (c <= 0.0), 1.0, 1.0 / np.sqrt(c))
+    stretch = np.clip(stretch, 1e-6, 1e6)
+    # A coordinate in no ridge keeps its initial scale: that estimate counted the rows depending
+    # on it first, this one takes its tail of all n rows and finds ~0 for a coordinate few rows
+    # touch (an ordered logit's top cut point: stretched 1,350-fold, the search 240 units off).
+    stretch = np.where(ridged, stretch, 1.0)
+    out = frame.copy()
+    out[:, idx] = b * stretch
+    return out, turned
+
+
+def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
+                   rng_noise: np.random.Generator, ledger: Ledger, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The local sd of every coordinate at ``theta`` from a private upper quantile of the per-row
+    curvatures (step 1 of :func:`private_mode`), and the coordinates no significant number of rows
+    depends on (their scale is 1).
+
+    The first of ``s.quantile_rounds`` count releases counts, per coordinate,
+    the rows ``m_j`` whose curvature is above the search range's floor (the
+    rows that depend on it); the others search the quantile among those rows:
+    a fraction ``SCALE_TAIL`` of them, at least 3.7 count-noise sds of rows
+    (:func:`scale_tail`'s reason), at most half of them.  A tail taken of all
+    ``n`` rows instead finds ~0 for a coordinate that fewer rows depend on
+    than the tail (a binary predictor at 40 % against the tail of 0.5 the
+    count noise forces at n = 1e3, epsilon = 1): a frame 1e4 times too wide.
+    The frame still divides by all ``n`` rows (as if every row depended on
+    the coordinate), so for a sparse one it errs narrow, the safe side.  A
+    coordinate whose count of depending rows is within
+    :data:`DEPENDING_SDS` noise sds of 0 is at the floor (scale 1), but one
+    beyond :data:`SPARSE_SDS` sds (rows surely depend on it, too few
+    to measure: a binary predictor at 25 %, an ordered logit's top cut point,
+    at 1,000 rows and epsilon = 1) at most the widest scale measured: scale 1
+    in the model's units was 13 times the posterior sd of the gamma GLM's
+    binary predictor (one round then moved it 4,500 posterior sds) and 12
+    times the cut point's in ``benchmarks/published_models.py``.  24 runs
+    each, median (max) worst error: gamma GLM 31 (1,250) -> 12 (153), ordered
+    logit 7.2 (12.5) -> 5.2 (9.8), ``roaches`` 15 (129) -> 14 (68); models
+    without such a coordinate are draw for draw the same.  The cap
+    at half is half of ``m_j - DEPENDING_LOWER_SDS`` noise sds, not of the
+    released ``m_j``: a count high by noise put the target beyond the rows
+    really there, and the search then found a threshold among the rows that
+    do not depend on the coordinate (curvature ~0; a frame up to the scale's
+    clip, 1e3, and in an ordered logistic regression a first step of 1e6
+    along its top cut point's log increment).
+    """
+    d = theta.size
+    # Per-row values are computed and kept where the rows live (in this
+    # process, or on the workers of a sharded model); only counts and clipped
+    # sums of them come back, through the mechanisms of releases.py.
+    curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
+    cols = RowColumns(holder, curv_stat, 0, d)
+    depending = noisy_counts(rng_noise, cols, np.full(d, 2.0 ** LOG2_RANGE[0]), z, ledger,
+                             f"{what}, rows depending")
+    # ---- post-processing of the released counts ----
+    count_sd = z * math.sqrt(d)
+    m = np.clip(depending, 1.0, float(n_public))
+    # rows the tail should hold, at most half of the rows that surely depend on the coordinate: a
+    # count high by noise must not put the target beyond the rows really there.  The tail is then
+    # taken as the median of those rows (as if fewer rows depended on it: the narrow side)
+    need = tail_rows(m, d, z)
+    half = 0.5 * np.clip(depending - DEPENDING_LOWER_SDS * count_sd, 1.0, float(n_public))
+    capped = need > half
+    target = np.where(capped, half, need)
+    tail = np.where(capped, 0.5, need / m)   # fraction of the m_j depending rows above t
+    t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
+                                    rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
+                                    what=what)
+    del curv_stat, cols  # the rows' statistic is dropped where it lives
+    at_floor = at_floor | (depending < DEPENDING_SDS * count_sd)
+    # t is an upper quantile of the depending rows' curvatures; their mean is about
+    # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1).  The frame takes it over all
+    # n rows, as if every row depended on the coordinate: for one that only m_j rows depend on it
+    # errs narrow by sqrt(m_j / n) (safe: steps short), where m_j would make a point mass (a binary
+    # predictor, curvature 1 on its rows) 1.65 times too wide (tried: 3 of 24 seeds of a regression
+    # with a 40 % binary predictor ended 60-375 posterior sds off at n = 1059, epsilon = 4, against
+    # at most 7.9 before; with n, 2 of 64 beyond 20, as before)
+    scale = 1.0 / np.sqrt(n_public * t / stats.chi2.ppf(1.0 - tail, 1))
+    out = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
+    # A coordinate that surely has depending rows (count beyond SPARSE_SDS noise sds) but too few
+    # to measure its scale is no wider than the widest coordinate measured (the narrow side:
+    # steps short, and an unresolved direction leaves the search unsettled, which warns)
+    sparse = at_floor & (depending > SPARSE_SDS * count_sd)
+    measured = ~at_floor & np.isfinite(scale)
+    if sparse.any() and measured.any():
+        out = np.where(sparse, np.minimum(out, float(np.max(out[measured]))), out)
+    return out, at_floor

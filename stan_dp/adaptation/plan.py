@@ -1,0 +1,528 @@
+"""The adaptation's plan: its settings and every release it will make, from public facts.
+
+Nothing here reads the rows: how many Newton rounds, how the budget (a PLD mean
+``sum 1 / (2 z^2)``) is split between the initial scale, the far phase, the
+orientation, the clip medians, the gradient and the curvature releases, and
+the clip bounds in the learned frame are functions of ``n``, ``d``, the budget
+and the relation only (:func:`planned_settings`, :func:`noise_multipliers`,
+:func:`adaptation_releases`: what the budget step composes before any data
+are touched).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple
+
+import numpy as np
+
+from stan_dp.accounting import Release, sensitivity_factor
+from stan_dp.adaptation.far import (FAR_ROUNDS, far_multipliers, far_releases, planned_far_share,
+                                    planned_first_median_boost)
+from stan_dp.adaptation.forecast import whitened_hessian_scale
+from stan_dp.adaptation.ridge import entry_threshold
+
+__all__ = [
+    "AdaptationSettings", "planned_settings", "noise_multipliers", "adaptation_releases",
+    "rounds_share", "round_count", "clip_inflation", "allowed_clipped_rows", "planned_quantile_share",
+    "scale_tail", "tail_rows", "orientation_noise_forecast", "orientation_detection_forecast",
+    "curvature_noise_forecast",
+]
+
+
+SCALE_TAIL = 0.1
+"""The initial scale is the ``1 - SCALE_TAIL`` quantile of the per-row curvatures (or higher
+up the tail when the count noise demands it: :func:`scale_tail`)."""
+
+
+SCALE_TAIL_SDS = 3.7
+"""The initial scale's quantile search targets at least this many count-noise sds of rows
+(:func:`scale_tail`)."""
+
+
+def tail_rows(rows, dim: int, noise_multiplier: float) -> np.ndarray:
+    """Rows the scale search's tail should hold, of ``rows``: ``SCALE_TAIL`` of them, and at least
+    ``SCALE_TAIL_SDS`` count-noise sds (``noise_multiplier * sqrt(dim)``; :func:`scale_tail`)."""
+    sd = noise_multiplier * math.sqrt(dim)
+    return np.maximum(SCALE_TAIL * np.asarray(rows, dtype=float), SCALE_TAIL_SDS * sd)
+
+
+def scale_tail(n_public, dim: int, noise_multiplier: float):
+    """Tail fraction of the initial scale search: at least 3.7 count-noise sds of rows, at most half.
+
+    ``n_public`` may be an array; the fraction is then per column.
+
+    The binary search compares a noisy count with ``tail * n``; at a threshold
+    above every row the count is 0, and a noise draw above the target would
+    send the search (and the frame) off by decades.  With the target at 3.7
+    noise sds (``noise_multiplier * sqrt(d)``) that happens with probability
+    ``1e-4`` per round.  Public.
+    """
+    n = np.asarray(n_public, dtype=float)
+    tail = np.minimum(0.5, tail_rows(n, dim, noise_multiplier) / n)
+    return float(tail) if tail.ndim == 0 else tail
+
+
+QUANTILE_SHARE = 0.05
+"""Share of the adaptation budget (PLD mean) for the initial scale where the rows are many enough
+(:func:`planned_quantile_share`)."""
+QUANTILE_SHARE_MAX = 0.25
+"""Largest share :func:`planned_quantile_share` gives the initial scale."""
+PLANNED_SCALE_TAIL = 0.3
+"""Largest tail fraction :func:`planned_quantile_share` lets :func:`scale_tail` force on the
+initial scale's search (a budget permitting)."""
+
+
+def planned_quantile_share(n_public: int, dim: int, pld_mean: float, quantile_rounds: int) -> float:
+    """Share of the adaptation budget for the initial scale, from public facts.
+
+    :data:`QUANTILE_SHARE`, raised (to at most :data:`QUANTILE_SHARE_MAX`)
+    until :func:`scale_tail` is at most :data:`PLANNED_SCALE_TAIL`, i.e. until
+    ``SCALE_TAIL_SDS`` count-noise sds are at most that fraction of the rows:
+    ``z sqrt(dim) <= PLANNED_SCALE_TAIL n / SCALE_TAIL_SDS`` with
+    ``z = sqrt(quantile_rounds / (2 share pld_mean))`` (:func:`noise_multipliers`).
+
+    Why: where the count noise pushes the tail to the cap of one half, the
+    search finds the rows' median curvature to within about one count-noise sd
+    of rows, and the lower side of that error is unbounded in scale.  Per-row
+    GLM curvatures ``w x^2`` (``x^2 ~ chi2_1``) with 99 % of the rows above the
+    threshold instead of 50 % put it 2,800 times below the median, a frame
+    ``sqrt(2800) ~ 50`` times too wide along that coordinate, where every
+    round's noise lands.  At n = 1e3, epsilon = 1, D = 11 (count-noise sd 192
+    rows at the share 0.05) 8 of 24 NumPy seeds of a standardised logistic
+    regression had some coordinate's frame 3.2-12 times its posterior sd, and
+    those runs ended 9-510 sds off; with the share raised to 0.25 every frame
+    was within 0.39-1.09 of it and the worst error at most 9.8 (median 10.7 ->
+    7.5; docs/adaptation.md §3, "Initial scale").  With the defaults it binds only
+    where n is small for the budget (n = 1e3: epsilon <= 2 at D = 11, epsilon
+    = 1 at D >= 3).
+    """
+    z_max = PLANNED_SCALE_TAIL * n_public / (SCALE_TAIL_SDS * math.sqrt(dim))
+    need = quantile_rounds / (2.0 * pld_mean * z_max**2)
+    return float(min(QUANTILE_SHARE_MAX, max(QUANTILE_SHARE, need)))
+
+
+NOISE_SPECTRAL_FACTOR = 1.5
+"""``tau = NOISE_SPECTRAL_FACTOR * s * sqrt(2 d)``: a symmetric Gaussian noise matrix with
+diagonal sd ``s`` and off-diagonal ``s / sqrt(2)`` has spectral norm ``~ s sqrt(2 d)``."""
+
+
+class AdaptationSettings(NamedTuple):
+    """Tuning constants of :func:`private_mode` (data-independent)."""
+
+    rounds: int | None = None
+    """Newton rounds (each one gradient and one curvature release); ``None``: :func:`round_count`."""
+    min_rounds: int = 8
+    """Fewest rounds :func:`round_count` plans."""
+    max_rounds: int = 30
+    """Most rounds :func:`round_count` plans."""
+    resolution: float = 1.0
+    """:func:`round_count` plans rounds whose curvature noise ``tau`` (in the posterior's
+    frame, where the curvature is the identity) is at most this."""
+    kappa: float | None = None
+    """Gradient clip bound in the frame, as a multiple of ``C_w = sqrt(chi2_{d,0.9} / n)``;
+    ``None``: :func:`clip_inflation`, which grows with ``n`` and the budget."""
+    kappa_hessian: float = 1.5
+    """Curvature clip bound in the frame, as a multiple of ``chi2_{d,0.9} / n``.  1.5 clips under
+    1% of the rows of a GLM with normal predictors (chi2_10 beyond 1.5 times its 90th percentile)
+    and halves the curvature noise of 3, so :func:`round_count` plans about four times as many
+    rounds: rms error 1.30 -> 0.97 sd (logistic D = 10, n = 1e4, epsilon = 1; no run settled at 3,
+    all at 1.5), 0.32 -> 0.26 (epsilon = 4), 0.50 -> 0.39 (n = 1e5, epsilon = 1); a varying-intercept
+    model (n = 3000, epsilon = 4) went from 40-200 sd off and unsettled to settled within 1-4 sd.
+    At n = 1e3 (never settled either way) 0.75 -> 0.80 (logistic) and 1.38 -> 1.30 (Poisson)."""
+    quantile_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the initial scale; ``None``:
+    :func:`planned_quantile_share` (0.05 unless the rows are too few for its count noise)."""
+    far_rounds: int = FAR_ROUNDS
+    """Rounds of the far phase before the Newton rounds (:mod:`stan_dp.adaptation.far`; 0: none)."""
+    far_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the far phase (with ``far_rounds > 0``).
+    ``None``: :func:`~stan_dp.adaptation.far.planned_far_share` (``FAR_SHARE`` = 0.1, cut where the
+    rows are many enough to resolve the votes with less, raised up to ``FAR_SHARE_MAX`` = 0.3 where
+    they need more; none where even that cannot resolve them)."""
+    far_first_boost: float | None = None
+    """Factor on the far phase's first median budget (:func:`~stan_dp.adaptation.far.far_multipliers`);
+    ``None``: :func:`~stan_dp.adaptation.far.planned_first_median_boost` (1 unless the rows are too few
+    for its count noise)."""
+    quantile_rounds: int = 12
+    """Binary-search rounds of the initial scale (and of the orientation's directional scales)."""
+    orient: bool | None = None
+    """Turn the initial frame along the rows' curvature (:func:`_oriented_frame`, two more
+    releases).  ``None``: where :func:`orientation_detection_forecast` (public) says its release
+    shows a ridge's entry (:func:`planned_settings`).  Median worst error over 24 seeds (NumPy,
+    exact posterior), unoriented -> oriented: a D = 10 logistic regression with an
+    intercept-slope ridge (a predictor in metres) 15.5 -> 2.4 posterior sds (n = 1e4,
+    epsilon = 1) and 8.5 -> 1.5 (n = 1e3, epsilon = 4), a Poisson GLM with it 9.3 -> 1.4
+    (n = 1e3, epsilon = 4); standardised predictors within noise (epsilon = 4: logistic 0.53 ->
+    0.52, Poisson 0.42 -> 0.46); docs/adaptation.md §3 "Orientation"."""
+    orientation_share: float = 0.025
+    """Share of the adaptation budget (PLD mean) for the orientation release
+    (:func:`_oriented_frame`: the sum of per-row curvatures normalised to unit Frobenius norm);
+    with ``orient=None`` cut where a smaller one suffices (:func:`planned_settings`)."""
+    direction_share: float = 0.03
+    """Share of the adaptation budget (PLD mean) for the private scales along the orientation's
+    directions (``quantile_rounds`` count releases); cut with ``orientation_share``."""
+    hessian_share: float | None = None
+    """Share of each round's gradient and curvature budget for the curvature release.  ``None``:
+    :data:`HESSIAN_SHARE`, cut by :func:`planned_settings` where less resolves the curvature."""
+    clip_share: float = 0.1
+    """Share of each round's budget for the private medians that raise the clip bounds."""
+    clip_rounds: int = 7
+    """Binary-search rounds of those medians (over ``2^-20 .. 2^60`` times the forecast)."""
+    adaptive_clip: bool | None = None
+    """Near the mode, raise the gradient bound while a released count says that more rows are
+    clipped than the pooled noise covers (:func:`allowed_clipped_rows`).  The count is made in
+    every run (``clipped_repeats`` of the ``clip_rounds`` count releases of each near round; the
+    rest count the tail): it gives :attr:`AdaptationResult.clipping_bias_bound` either way.
+    ``None``: :func:`stan_dp.sample` turns it on exactly when its public forecast does not warn
+    (where the run claims 0.5 sd, clipping bias must not break the claim; where it warns anyway,
+    :func:`clip_inflation`'s rms-optimal balance is kept); :func:`private_mode` reads ``None`` as
+    off."""
+    clipped_repeats: int = 3
+    """Count releases per near round spent on the rows beyond the bound (the rest of the
+    ``clip_rounds`` on the tail)."""
+    kappa_far: float = 3.0
+    """Clip bounds are at least ``kappa_far`` times the private median of the norms."""
+    max_step: float = math.inf
+    """Largest move of any unconstrained coordinate in one round (public cap)."""
+    step_gain: float = 100.0
+    """Largest first-order gain of the mean row log-likelihood along any eigen-direction of a
+    Newton round's step at the start (:func:`_gain_floor`); it grows by 4 after every full step
+    that was not taken back.  A Newton step in the released frame ``du = Q diag(1/lam) Qᵀ g``
+    changes the summed log-likelihood by ``gᵀ du`` to first order; per row that is
+    parametrisation-free, ~1 for a GLM started at 0 (``|eta| <~ 2``) and ``k^2`` for a
+    location ``k`` per-row sds away.  Where the frame is wrong by decades the unresolved step
+    is decades too long: a normal regression with ``male`` (40 %) and flat priors, n = 1059,
+    epsilon = 1, moved ``b_male`` to 1e9 and ``sigma`` to 0 in one round (1.5e10 posterior sds
+    off) when the initial scale took its tail of all rows; with the count of depending rows
+    (:func:`_initial_scale`) that coordinate's scale is often 1 (its count unresolved, ~20 times
+    too wide) and without the cap sigma still ended 0.26 to inf times its posterior mean in 5 of
+    32 NumPy seeds (none with it; ``tests/test_step_gain.py``)."""
+    collapse: float = 0.01
+    """A round whose released curvature trace falls below ``collapse * d`` (and below its
+    noise) after a full step counts as a collapse: the step is taken back."""
+    fd_step: float = 1e-3
+    """Central-difference step for per-row Hessians, in frame units."""
+    initial_fd_step: float = 1e-5
+    """Central-difference step (unconstrained units) of the initial per-row curvature."""
+
+
+KAPPA_SLOPE = 1.4
+"""``a`` in :func:`clip_inflation`'s ``kappa = a sqrt(ln(n mu / k) - c)``."""
+KAPPA_OFFSET = 5.0
+"""``c`` in :func:`clip_inflation`'s ``kappa = a sqrt(ln(n mu / k) - c)``."""
+KAPPA_MIN = 1.25
+"""Smallest clip inflation :func:`clip_inflation` returns."""
+
+
+def clip_inflation(settings: "AdaptationSettings", n_public: int, pld_mean: float,
+                   relation: str = "replace_one") -> float:
+    """``kappa``: the gradient clip bound in the frame as a multiple of ``C_w`` (public).
+
+    ``settings.kappa`` when given; otherwise
+
+        kappa = max(1.25, 1.4 sqrt(ln(n mu / k) - 5)),
+
+    ``mu = sqrt(2 pld_mean)`` the Gaussian-DP parameter of the budget and
+    ``k`` the sensitivity factor (2 replace-one, 1 add/remove): a function of
+    public facts only.
+
+    Why this form: clipping moves the root of the clipped score by the
+    clipped rows' excess, ``n`` terms of size ``~ C_w h(kappa)`` in posterior
+    units, where ``h`` is the tail of the whitened per-row gradient norms
+    beyond ``kappa C_w``; the release's noise is ``~ k kappa C_w / mu``.  For
+    norms with a sub-Gaussian tail ``h(kappa) ~ exp(-b kappa^2)``, balancing
+    the two gives ``b kappa^2 ~ ln(n mu / (k kappa))``: ``kappa`` grows like
+    the square root of ``ln(n mu / k)``.  Below the balance the bias rises
+    steeply (a cliff), above it the noise rises linearly, so the constants
+    err high.  They are fitted on NumPy logistic regression (D = 10) and a
+    Poisson GLM (D = 5) with standard-normal predictors against the exact
+    posterior mode, 12 seeds per cell, scanning kappa in {1.25, 1.5, 2, 2.5, 3}
+    (rms error over coordinates and seeds, posterior sds):
+
+    ==========  =====  ==========  ===================================
+    n           eps    this rule   best measured (rms at kappa = 3)
+    ==========  =====  ==========  ===================================
+    1e3         4      1.5         1.25-1.5 (logistic 0.73 vs 1.50)
+    1e4         1      2.1         1.5-2 (logistic 1.35 vs 2.17)
+    1e4         4      2.6         2.5 (logistic 0.26 vs 0.35; 2.0: 0.41,
+                                   1.25: 4.6 — the cliff)
+    ==========  =====  ==========  ===================================
+
+    At large ``n`` the bias dominates: at a fixed ``kappa = 3`` the noiseless
+    root of the clipped score (logistic regression, 3 standard-normal
+    predictors) is off by 0.014, 0.031, 0.091 and 0.151 sd at n = 1e4, 1e5,
+    1e6, 4e6, growing like ``sqrt(n)`` (about 0.9 sd at 1e8: silently wrong);
+    this rule gives ``kappa`` 3.6 at n = 1e6 and epsilon = 1, where the
+    root is within 0.02 sd (``tests/test_auto.py``).  The tail of the norms
+    sets ``h``, so heavier-tailed rows keep more bias.
+    """
+    if settings.kappa is not None:
+        return float(settings.kappa)
+    k = sensitivity_factor(relation)
+    x = math.log(max(int(n_public), 1) * math.sqrt(2.0 * pld_mean) / k)
+    return float(max(KAPPA_MIN, KAPPA_SLOPE * math.sqrt(max(0.0, x - KAPPA_OFFSET))))
+
+
+BIAS_PER_CLIPPED_ROW = 0.15
+"""``rho`` of :func:`allowed_clipped_rows`: the root of a clipped score moves by about ``rho`` times
+the bound per clipped row (whitened units).  Measured without noise at the exact mode and frame
+(the rule's kappa, n = 1e4-1e5, epsilon 1 and 4): 0.10-0.19 for logistic regressions (their
+surprising rows' excesses align: 0.64-0.85 of the summed lengths), 0.06-0.07 for a Poisson GLM."""
+
+
+BIAS_SHARE = 1.0
+""":func:`allowed_clipped_rows` keeps the clipping bias below this share of the pooled noise.  0.5
+cost a Poisson GLM 20-50 % (it also dropped the rounds at lower bounds from the final pool); 1.0
+removed every silent miss of the strong-signal logistic regression just as well."""
+
+
+def allowed_clipped_rows(z_gradient: float, rounds: int, relation: str) -> float:
+    """Most clipped rows whose bias stays below ``BIAS_SHARE`` of the pooled gradient noise (public).
+
+    With ``m`` rounds pooled, the pooled one-step estimate has noise sd
+    ``k z_g C / sqrt(m)`` per whitened coordinate (``C`` the bound, ``k`` the
+    sensitivity factor), and ``N`` clipped rows bias it by about
+    ``rho N C`` (:data:`BIAS_PER_CLIPPED_ROW`), so the bias stays below
+    ``beta`` times the noise while ``N <= beta k z_g / (rho sqrt(m))``; ``m``
+    is taken as every planned round (the most that can be pooled: the
+    strictest bound).  The bound ``C`` cancels.
+    """
+    k = sensitivity_factor(relation)
+    return BIAS_SHARE * k * z_gradient / (BIAS_PER_CLIPPED_ROW * math.sqrt(max(int(rounds), 1)))
+
+
+def round_count(settings: AdaptationSettings, n_public: int, dim: int, pld_mean: float) -> int:
+    """Number of Newton rounds: as many as keep one round's curvature release resolvable.
+
+    In the posterior's own frame the curvature is the identity and the
+    curvature release of one round has noise ``tau = 2 s sqrt(2 d)`` in
+    spectral norm (``s`` its diagonal sd), which grows like ``sqrt(rounds)``.
+    More rounds localise from further away; fewer resolve the curvature of
+    each round.  The count is the largest with ``tau <= resolution``, within
+    ``[min_rounds, max_rounds]`` (``settings.rounds`` if given).  Public.
+    """
+    if settings.rounds is not None:
+        return int(settings.rounds)
+    tau_one = curvature_noise_forecast(settings._replace(rounds=1), n_public, dim, pld_mean)
+    k = int((settings.resolution / tau_one) ** 2) if tau_one > 0 else settings.max_rounds
+    return int(min(max(k, settings.min_rounds), settings.max_rounds))
+
+
+ORIENT_DETECT_LIMIT = 0.5
+""":func:`planned_settings` orients only where :func:`orientation_detection_forecast` is below this:
+an entry of ``R`` at 0.75 (a pair of coordinates whose combined curvature is a quarter of their
+own, :data:`RIDGE_EIGENVALUE`) is then kept with probability 93-95 % (d = 6-11) at the forecast
+noise, less where the smallest diagonal is below the mean (measured noise 1.3-1.6 times the
+forecast), and one at 0.95 (a predictor in metres around 5 km and the intercept: 0.98) is kept
+surely.  Above it the release cannot show a ridge and its budget only costs."""
+
+
+ORIENT_NOISE_TARGET = 0.35
+""":func:`planned_settings` spends on the orientation only what brings its forecast noise down to
+this (the ridge cells that it fixes forecast 0.37 and 0.43 at full shares and keep them; at
+n = 1e4, epsilon = 4 the forecast is 0.11 and the shares shrink 10-fold).  24 seeds, median (rms)
+worst error, full shares -> cut shares with the initial frame kept when not turned (the default):
+Poisson GLM n = 1e4, epsilon = 1 1.34 (1.52) -> 1.24 (1.43); at epsilon = 4 0.45 (0.51) ->
+0.46 (0.50); logistic D = 10, epsilon = 4 0.54 (0.57) -> 0.52 (0.54) (unoriented: 1.29 (1.25),
+0.42 (0.45), 0.53 (0.58))."""
+
+
+def _orientation_multiplier(settings: AdaptationSettings, pld_mean: float) -> float:
+    """Noise multiplier of the orientation release: ``orientation_share`` of the PLD mean."""
+    return 1.0 / math.sqrt(2.0 * settings.orientation_share * pld_mean)
+
+
+def orientation_noise_forecast(settings: AdaptationSettings, n_public: int, dim: int,
+                               pld_mean: float) -> float:
+    """Forecast of ``tau_R``, the orientation release's spectral noise in ``R`` (public).
+
+    :func:`_oriented_frame` releases ``M = sum_i S_i / ||S_i||_F`` with entry
+    noise ``s = k z`` (``k = 2``, replace-one: the larger sensitivity); for
+    rank-one positive rows (GLMs: ``S_i ~ x_i x_i'``) its diagonal sums to
+    ``n`` over ``d`` coordinates (``trace S_i = ||S_i||_F``), so ``R``'s
+    scaling divides by about ``n / d``: ``tau_R ~ 1.5 s sqrt(2 d) d / n``.
+    Rows of higher rank have a larger trace (the forecast errs high),
+    indefinite rows a smaller one.  ``dim`` counts every coordinate (those
+    the rows do not touch too), which errs high.
+    """
+    z = _orientation_multiplier(settings, pld_mean)
+    return NOISE_SPECTRAL_FACTOR * 2.0 * z * math.sqrt(2.0 * dim) * dim / n_public
+
+
+HESSIAN_SHARE = 0.25
+"""Default share of each round's gradient and curvature budget for the curvature release."""
+HESSIAN_SHARE_MIN = 0.05
+"""Smallest share :func:`planned_settings` cuts ``hessian_share`` to."""
+CURVATURE_NOISE_TARGET = 0.4
+""":func:`planned_settings` cuts ``hessian_share`` until one round's curvature noise
+(:func:`curvature_noise_forecast`) is at this, where it is below: the gradient releases, whose
+noise is the estimate's, get the rest.  Below it the pooled curvature (``tau / sqrt(rounds)``)
+is resolved many times over.  NumPy, against the exact mode, 20 seeds, median worst error (rms
+error over all coordinates), ``hessian_share`` 0.25 -> 0.05: logistic D = 10, n = 1e5,
+epsilon = 1 (one round's noise 0.14 -> 0.32) 0.74 (0.37) -> 0.66 (0.34); Poisson D = 5 there
+(0.06 -> 0.13) 0.63 (0.37) -> 0.62 (0.35); Poisson at n = 1e4, epsilon = 4 (24 seeds) 0.46 (0.29)
+-> 0.45 (0.27): the 5-11 % the gradient noise predicts, within any one cell's seed spread.  At a
+noise of 0.65 (logistic, n = 1e4, epsilon = 4, share 0.1; 12 seeds) nothing was gained: median
+0.52 -> 0.51, rms 0.26 -> 0.27 (docs/adaptation.md §3, "The curvature's share of a round")."""
+
+
+def orientation_detection_forecast(settings: AdaptationSettings, n_public: int, dim: int,
+                                   pld_mean: float) -> float:
+    """The smallest off-diagonal entry of ``R`` the orientation keeps reliably (public).
+
+    :func:`~stan_dp.adaptation.ridge.entry_threshold` times the forecast noise
+    sd of an off-diagonal entry of ``R``: ``M``'s off-diagonal noise is
+    ``k z / sqrt(2)`` (:func:`orientation_noise_forecast`'s ``k``, ``z``) and
+    ``R`` divides it by the diagonal, about ``n / d``.
+    """
+    z = _orientation_multiplier(settings, pld_mean)
+    return entry_threshold(dim) * 2.0 * z / math.sqrt(2.0) * dim / n_public
+
+
+def curvature_noise_forecast(settings: AdaptationSettings, n_public: int, dim: int,
+                             pld_mean: float) -> float:
+    """``tau`` of one round's curvature release in the posterior's frame (public).
+
+    In the posterior's own frame the curvature is the identity and per-row
+    curvatures are bounded by ``kappa_hessian chi2_{d,0.9} / n``; the release's
+    spectral noise is ``1.5 (2 z_h C_h) sqrt(2 d)`` (:data:`NOISE_SPECTRAL_FACTOR`,
+    sensitivity ``2 C_h``), ``z_h`` the curvature multiplier of ``settings``
+    (``rounds`` and ``orient`` set).
+    """
+    z_h = noise_multipliers(pld_mean, settings)["curvature"]
+    c_h = settings.kappa_hessian * whitened_hessian_scale(n_public, dim)
+    return NOISE_SPECTRAL_FACTOR * z_h * 2.0 * c_h * math.sqrt(2.0 * dim)
+
+
+def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
+                     pld_mean: float) -> AdaptationSettings:
+    """``settings`` with ``quantile_share``, ``far_share``, ``orient``, ``hessian_share`` and ``rounds``
+    fixed from public facts (the plan).
+
+    ``quantile_share=None`` becomes :func:`planned_quantile_share` (first: the
+    rest of the plan shares what it leaves).
+
+    ``far_share=None`` becomes :func:`~stan_dp.adaptation.far.planned_far_share`
+    (0 without far rounds); where the share is 0 (planned or given) the far
+    rounds are dropped from the plan.  ``far_first_boost=None`` becomes
+    :func:`~stan_dp.adaptation.far.planned_first_median_boost` (1 without far
+    rounds).
+
+    ``orient=None`` becomes ``True`` where :func:`orientation_detection_forecast`
+    is below :data:`ORIENT_DETECT_LIMIT` (d = 11: from n = 1e3 at epsilon = 4,
+    from n = 3e3 at epsilon = 1; d = 6: from n = 1e3 at epsilon = 2): above it the
+    release cannot show a ridge, and its budget only costs (the Poisson GLM at
+    n = 1e3, epsilon = 1: median 5.4 -> 7.2-8.6 sds oriented).  Where
+    :func:`orientation_noise_forecast` is below :data:`ORIENT_NOISE_TARGET`,
+    ``orientation_share`` and ``direction_share`` are scaled down until it is
+    at the target (the noise goes like ``1 / sqrt(share)``): a larger budget
+    or more rows need less of it to resolve ``R`` as well, and leave the rest
+    to the rounds.  Then
+    ``rounds`` by :func:`round_count`.  ``hessian_share=None`` becomes
+    :data:`HESSIAN_SHARE`, cut (to at least :data:`HESSIAN_SHARE_MIN`) where
+    one round's curvature noise at the planned rounds is below
+    :data:`CURVATURE_NOISE_TARGET`, until it is at the target (the noise goes
+    like ``1 / sqrt(share)``).  With the defaults that happens only where the
+    rounds are at ``max_rounds`` (below it :func:`round_count` plans the most
+    rounds whose noise is ``resolution`` = 1); the count is fixed before the cut.
+    """
+    s = settings
+    if not isinstance(s.far_rounds, numbers.Integral) or s.far_rounds < 0:
+        raise ValueError("settings.far_rounds must be a non-negative integer")
+    if not isinstance(s.quantile_rounds, numbers.Integral) or s.quantile_rounds < 2:
+        raise ValueError("settings.quantile_rounds must be an integer of at least 2 (one count of the rows "
+                         "each coordinate depends on, then the quantile search)")
+    if s.quantile_share is None:
+        s = s._replace(quantile_share=planned_quantile_share(n_public, dim, pld_mean, s.quantile_rounds))
+    if s.far_share is None:
+        share = planned_far_share(n_public, dim, pld_mean, s.far_rounds) if s.far_rounds else 0.0
+        s = s._replace(far_share=share)
+    if s.far_share == 0.0:   # no budget, no far rounds (explicit or planned)
+        s = s._replace(far_rounds=0)
+    if s.far_first_boost is None:
+        boost = (planned_first_median_boost(n_public, dim, s.far_share * pld_mean, s.far_rounds)
+                 if s.far_rounds else 1.0)
+        s = s._replace(far_first_boost=boost)
+    if s.orient is None:
+        tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
+        f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
+        detect = orientation_detection_forecast(s, n_public, dim, pld_mean)
+        s = s._replace(orient=detect < ORIENT_DETECT_LIMIT, orientation_share=s.orientation_share * f,
+                       direction_share=s.direction_share * f)
+    cut = s.hessian_share is None
+    if cut:
+        s = s._replace(hessian_share=HESSIAN_SHARE)
+    s = s._replace(rounds=round_count(s, n_public, dim, pld_mean))
+    if cut:
+        tau = curvature_noise_forecast(s, n_public, dim, pld_mean)
+        share = HESSIAN_SHARE * min(1.0, (tau / CURVATURE_NOISE_TARGET) ** 2)
+        s = s._replace(hessian_share=max(HESSIAN_SHARE_MIN, share))
+    return s
+
+
+def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str, float]:
+    """Noise multipliers of the adaptation's releases for a PLD-mean budget (data-independent).
+
+    The budget ``pld_mean = sum 1 / (2 z^2)`` is split: ``quantile_share`` for
+    the initial scale (``quantile_rounds`` count releases), the rest equally
+    over the ``settings.rounds`` rounds (set it, e.g. with :func:`round_count`);
+    in each round ``clip_share`` for the clip medians (``clip_rounds`` count
+    releases) and the remainder between the gradient and (``hessian_share``)
+    the curvature release.  With ``orient``, ``orientation_share`` (one matrix
+    release) and ``direction_share`` (``quantile_rounds`` count releases) come
+    off the rounds' part too, and with ``far_rounds`` ``far_share``
+    (:func:`~stan_dp.adaptation.far.far_multipliers`).
+    """
+    s = settings
+    if s.rounds is None or s.orient is None or s.hessian_share is None:   # the rest: rounds_share
+        raise ValueError("settings.rounds, settings.orient and settings.hessian_share must be set "
+                         "(see planned_settings)")
+    m_round = rounds_share(s) * pld_mean / s.rounds   # checks quantile_share
+    m_quantile = s.quantile_share * pld_mean
+    m_data = m_round * (1.0 - s.clip_share)
+    out = {} if not s.orient else {
+        "orientation": _orientation_multiplier(s, pld_mean),
+        "direction": math.sqrt(s.quantile_rounds / (2.0 * s.direction_share * pld_mean)),
+    }
+    if s.far_rounds:
+        if s.far_first_boost is None:
+            raise ValueError("settings.far_first_boost must be set with far_rounds (see planned_settings)")
+        out |= far_multipliers(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
+    return out | {
+        "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
+        "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
+        "gradient": 1.0 / math.sqrt(2.0 * m_data * (1.0 - s.hessian_share)),
+        "curvature": 1.0 / math.sqrt(2.0 * m_data * s.hessian_share),
+    }
+
+
+def rounds_share(settings: AdaptationSettings) -> float:
+    """Share of the adaptation budget (PLD mean) left for the Newton rounds (public)."""
+    s = settings
+    if s.orient is None or s.quantile_share is None:
+        raise ValueError("settings.orient and settings.quantile_share must be set (see planned_settings)")
+    shares = (s.quantile_share, s.orientation_share, s.direction_share) if s.orient else (s.quantile_share,)
+    if s.far_rounds:
+        if s.far_share is None:
+            raise ValueError("settings.far_share must be set (see planned_settings)")
+        shares = (*shares, s.far_share)
+    share = 1.0 - sum(shares)
+    if not (0.0 < share <= 1.0 and min(shares) > 0.0):
+        raise ValueError("quantile_share (and with orient, orientation_share and direction_share; with "
+                         "far_rounds, far_share) must be positive and sum to less than 1")
+    return share
+
+
+def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public: int,
+                        dim: int) -> list[Release]:
+    """Every release :func:`private_mode` makes, as accounting lines (data-independent)."""
+    s = planned_settings(settings, n_public, dim, pld_mean)
+    z = noise_multipliers(pld_mean, s)
+    oriented = [Release(z["orientation"], 1), Release(z["direction"], s.quantile_rounds)] if s.orient else []
+    far = (far_releases(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
+           if s.far_rounds else [])
+    return [*far, Release(z["scale"], s.quantile_rounds), *oriented,
+            Release(z["clip"], s.rounds * s.clip_rounds),
+            Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
