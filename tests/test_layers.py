@@ -150,3 +150,45 @@ def test_old_names_still_work():
     bar.update()
     bar.close()
     bar.close()
+
+
+RELEASE_FREE = [PACKAGE / "adaptation" / f"{name}.py" for name in ("plan", "curvature", "pooling", "result")]
+"""Parts of the mode search that make no release: the plan is fixed from public facts before a row
+is read, a round's frame algebra and the pooling are post-processing of released values, and the
+result only holds them.  Every release is made in ``newton.py``, ``initial_frame.py``, ``far.py`` or
+``quantile.py``, through the mechanisms of ``releases.py``."""
+
+RELEASE_MAKERS = {"noisy_counts", "clipped_vector_sum", "clipped_matrix_sum", "private_quantiles",
+                  "gaussian_release", "far_phase"}
+RELEASE_MODULES = ("stan_dp.mechanisms", "stan_dp.secure_noise", "stan_dp.aggregates")
+
+
+def _releases_imported(path: Path) -> list[str]:
+    bad = []
+    for line, module, name in _imports(path):
+        if name in RELEASE_MAKERS or module in RELEASE_MODULES or module.startswith(RELEASE_MODULES):
+            bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name or module}")
+    return bad
+
+
+@pytest.mark.parametrize("path", RELEASE_FREE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_search_plan_and_post_processing_make_no_release(path):
+    assert path.exists()
+    assert _releases_imported(path) == []
+
+
+def test_the_release_rule_sees_release_imports(tmp_path):
+    """Each release-making import is flagged (module level or in a function); the ledger type is not."""
+    pkg = tmp_path / "stan_dp"
+    (pkg / "adaptation").mkdir(parents=True)
+    bad = pkg / "adaptation" / "bad.py"
+    bad.write_text(
+        "from stan_dp.adaptation.releases import noisy_counts\n"
+        "from .quantile import private_quantiles\n"
+        "def f():\n"
+        "    from stan_dp.mechanisms import gaussian_release\n"
+        "    import stan_dp.aggregates\n"
+        "from stan_dp.adaptation.releases import Ledger\n"   # allowed: the type only
+    )
+    found = _checked_in(pkg, _releases_imported, bad)
+    assert [f.split(":")[1].split()[0] for f in found] == ["1", "2", "4", "5"]

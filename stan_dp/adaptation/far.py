@@ -187,7 +187,7 @@ def planned_far_share(n_public: int, dim: int, pld_mean: float, rounds: int) -> 
     its runs beyond 20 sds 2 -> 5 of 24, all from its top cut point, whose
     frame is 12 times too wide where its few rows leave it at the initial
     scale's floor (docs/adaptation.md §7); the pool's axis narrowing and the
-    sparse coordinates' cap of :mod:`stan_dp.adaptation.newton` since took it
+    sparse coordinates' cap of :mod:`stan_dp.adaptation.initial_frame` since took it
     to 5.2 (9.8).
     """
     noise = vote_noise_forecast(FAR_SHARE, n_public, dim, pld_mean, rounds)
