@@ -92,7 +92,7 @@ from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame
 from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, AdaptationSettings, allowed_clipped_rows,
-                                     clip_inflation, noise_multipliers, planned_settings)
+                                     clip_inflation, clip_median_tail, noise_multipliers, planned_settings)
 from stan_dp.adaptation.pooling import (_distance, _drop_consistent, _exact_prior_mode, _pooled_estimate,
                                         curvature_diagonal_sd)
 from stan_dp.adaptation.quantile import private_quantiles
@@ -222,7 +222,9 @@ def private_mode(
             # Far from the mode (or in a frame that is still wrong) the rows are
             # larger than the public forecast: a private median of both norms
             # raises the clip bounds so that the step is not throttled by clipping.
-            medians, _ = private_quantiles(rng_noise, norms, tail=0.5,
+            # where the count noise is large the medians look higher up (clip_median_tail): a
+            # false count at the top of the search would raise the bounds a million-fold
+            medians, _ = private_quantiles(rng_noise, norms, tail=clip_median_tail(n_public, z_c),
                                            n_public=n_public, rounds=s.clip_rounds, noise_multiplier=z_c,
                                            ledger=ledger, what=f"clip count, round {k}",
                                            log2_range=(-20.0, 60.0))
