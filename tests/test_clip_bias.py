@@ -152,8 +152,9 @@ def test_without_adaptive_clip_the_reported_bias_counts_the_rows_beyond_the_boun
     """At the rule's bound (not raised) the strong-signal regression clips 20-odd rows at its exact
     mode and frame; the released count (mean of the counts made near the mode, each with the clip
     counts' noise) agrees with that within 4 of its noise sds plus a third (the rounds' points and
-    frames are near, not at, the exact ones), and the reported bias is
-    ``BIAS_PER_CLIPPED_ROW_HIGH`` x count x bound."""
+    frames are near, not at, the exact ones); its reported noise sd is the ledger's (the clipped
+    counts' sd over their number), and the reported bias is ``BIAS_PER_CLIPPED_ROW_HIGH`` x count x
+    bound."""
     model = _strong(0)
     result = _private_mode(model, 11, adaptive=False)
     assert result.settled and result.clip_adjust == 1.0
@@ -164,6 +165,7 @@ def test_without_adaptive_clip_the_reported_bias_counts_the_rows_beyond_the_boun
     sd = counts[0].noise_sd / np.sqrt(len(counts))
     assert truth > 20
     assert abs(result.clipped_rows - truth) < 4 * sd + truth / 3, (result.clipped_rows, truth, sd)
+    assert result.clipped_rows_sd == pytest.approx(sd)
     assert result.clipping_bias_bound == pytest.approx(
         BIAS_PER_CLIPPED_ROW_HIGH * result.clipped_rows * result.grad_clip)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from scipy import integrate, optimize, stats
 
 import stan_dp
@@ -31,6 +32,43 @@ def test_exceed_probability_with_a_bias_against_direct_integration():
     np.testing.assert_allclose(exceed_probability(sds, limit), 1 - np.prod(1 - 2 * stats.norm.sf(limit / sds)))
     assert exceed_probability([0.0], limit, bias=0.6) == 1.0
     assert exceed_probability([0.0], limit, bias=0.4) == 0.0
+
+
+def _result(count: float, count_sd: float, grad_clip: float = 0.05, adjust: float = 1.3):
+    """An AdaptationResult holding only what the miss probability reads."""
+    from stan_dp.adaptation.result import AdaptationResult
+    d = 3
+    return AdaptationResult(mode=np.zeros(d), covariance=np.eye(d), noise_covariance=np.eye(d),
+                            frame=np.eye(d), grad_clip=grad_clip, ledger=None, rounds_averaged=2,
+                            settled=True, path=np.zeros((1, d)), prior_share=0.0, tail_rows=0.0,
+                            tail_rows_sd=1.0, clip_adjust=adjust, clipped_rows=count,
+                            clipped_rows_sd=count_sd)
+
+
+def test_the_miss_probability_averages_over_the_clipped_count_noise():
+    """Against direct integration over the count, N ~ N(released, sd^2) cut at 0."""
+    from stan_dp.adaptation.result import BIAS_PER_CLIPPED_ROW_HIGH
+    from stan_dp.auto import FORECAST_LIMIT, _miss_probability
+    sds, fixed = np.array([0.2, 0.12, 0.18]), 0.05
+    for count, count_sd in [(2.0, 9.0), (30.0, 20.0), (40.0, 1.0)]:
+        result = _result(count, count_sd)
+        per_row = BIAS_PER_CLIPPED_ROW_HIGH * 0.05 * 1.3
+        assert result.clipping_bias_per_row == pytest.approx(per_row)
+
+        def at(n):
+            bias = np.array([fixed + per_row * max(n, 0.0), 0.0, 0.0])   # on the noisiest coordinate
+            return exceed_probability(sds, FORECAST_LIMIT, bias=bias)
+        direct = integrate.quad(lambda n: at(n) * stats.norm.pdf(n, count, count_sd),
+                                count - 12 * count_sd, count + 12 * count_sd, points=[0.0], limit=200)[0]
+        assert _miss_probability(sds, fixed, result) == pytest.approx(direct, rel=2e-3, abs=1e-6)
+        # a count as large as its noise raises the chance above the released count's own
+        if count_sd >= 9.0:
+            assert _miss_probability(sds, fixed, result) > at(count)
+    # no noise on the count (or none counted): the released count as it is
+    assert _miss_probability(sds, fixed, _result(30.0, 0.0)) == pytest.approx(
+        exceed_probability(sds, FORECAST_LIMIT, bias=np.array([fixed + 30 * per_row, 0, 0])))
+    assert _miss_probability(sds, fixed, _result(np.nan, np.nan)) == pytest.approx(
+        exceed_probability(sds, FORECAST_LIMIT, bias=np.array([fixed, 0, 0])))
 
 
 def _wells_like(n: int, seed: int) -> tuple[LogisticRegression, np.ndarray, np.ndarray]:

@@ -365,6 +365,7 @@ def private_mode(
     tail_rows = float(np.mean(tail_counts)) if tail_counts else math.nan
     tail_rows_sd = tail_sd / math.sqrt(len(tail_counts)) if tail_counts else math.inf
     clipped_rows = float(np.mean(clipped_counts)) if clipped_counts else math.nan
+    clipped_sd = z_c / math.sqrt(s.clipped_repeats * len(clipped_counts)) if clipped_counts else math.nan
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
-                            turned, clipped_rows, dispersion, heterogeneity)
+                            turned, clipped_rows, dispersion, heterogeneity, clipped_sd)

@@ -75,6 +75,8 @@ class AdaptationResult(NamedTuple):
     within their noise (``Q`` below its :data:`DISPERSION_QUANTILE` quantile), else the
     between-round variance in posterior variances (``c H^-1`` added to every round's noise
     covariance), which :attr:`noise_covariance` and :attr:`mode` then include."""
+    clipped_rows_sd: float = math.nan
+    """Noise sd of :attr:`clipped_rows` (NaN where it was not counted)."""
 
     @property
     def dispersed(self) -> bool:
@@ -84,21 +86,28 @@ class AdaptationResult(NamedTuple):
     @property
     def clipping_bias_bound(self) -> float:
         """About how far the rows beyond the final bound move the mode (posterior sds, a vector's
-        length; 0 if not counted): :data:`BIAS_PER_CLIPPED_ROW_HIGH` times the bound times
-        :attr:`clipped_rows` (the frame at the end is the posterior's, so whitened units are
-        posterior sds).  ``adaptive_clip`` stops raising the bound while that bias is within about
-        the pooled noise, so it is not small: on a ``wells``-like logistic regression (a skewed
-        predictor, n = 1e4, epsilon = 4) 0.21-0.31 against a mean error of +0.33 in the skewed
-        coordinate, with a released noise of 0.2 that left 5 of 13 runs beyond 0.5 sd without a
-        warning.  It is a light-tailed estimate (the per-row bias of GLM rows): where a few rows'
-        gradients lie far beyond the bound and all push one way, the bias is larger.  A Student-t
-        regression (n = 5000, epsilon = 4, the rule's bound, not raised) reported 0.77-0.96 while
-        the clipped score's root, without noise, was 2.0 posterior sds off in ``nu`` (its
-        outliers' gradients reach 7.5 times the 90th percentile and all say "heavier tails")."""
+        length; 0 if not counted): :attr:`clipping_bias_per_row` times :attr:`clipped_rows` (the
+        frame at the end is the posterior's, so whitened units are posterior sds).
+        ``adaptive_clip`` stops raising the bound while that bias is within about the pooled
+        noise, so it is not small: on a ``wells``-like logistic regression (a skewed predictor,
+        n = 1e4, epsilon = 4) 0.21-0.31 against a mean error of +0.33 in the skewed coordinate,
+        with a released noise of 0.2 that left 5 of 13 runs beyond 0.5 sd without a warning.
+        The count is noisy (:attr:`clipped_rows_sd`); the run's chance of a miss averages over
+        it (``stan_dp.auto``).  It is a light-tailed estimate (the per-row bias of GLM rows):
+        where a few rows' gradients lie far beyond the bound and all push one way, the bias is
+        larger.  A Student-t regression (n = 5000, epsilon = 4, the rule's bound, not raised)
+        reported 0.77-0.96 while the clipped score's root, without noise, was 2.0 posterior sds
+        off in ``nu`` (its outliers' gradients reach 7.5 times the 90th percentile and all say
+        "heavier tails")."""
         if not np.isfinite(self.clipped_rows):
             return 0.0
-        return float(BIAS_PER_CLIPPED_ROW_HIGH * max(self.clipped_rows, 0.0) * self.grad_clip
-                     * self.clip_adjust)
+        return float(self.clipping_bias_per_row * max(self.clipped_rows, 0.0))
+
+    @property
+    def clipping_bias_per_row(self) -> float:
+        """:data:`BIAS_PER_CLIPPED_ROW_HIGH` times the final gradient bound (``grad_clip *
+        clip_adjust``): the bias one clipped row adds to :attr:`clipping_bias_bound`."""
+        return float(BIAS_PER_CLIPPED_ROW_HIGH * self.grad_clip * self.clip_adjust)
 
     @property
     def tail_bias_bound(self) -> float:
