@@ -309,7 +309,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     # "Counted in every run"); where the run is about to claim 0.5 sd, the count-calibrated figure
     # alone (with the tail term a D = 3 logistic regression with normal predictors, n = 1e4,
     # epsilon = 4, warned in 5 of 16 runs instead of 4)
-    bias = result.clipping_bias_bound + (0.0 if settings.adaptive_clip else result.tail_bias_bound)
+    tail_bias = 0.0 if settings.adaptive_clip else result.tail_bias_bound
+    bias = result.clipping_bias_bound + tail_bias
     attrs.update({
         "tail_rows": float(result.tail_rows) if np.isfinite(result.tail_rows) else "",
         "tail_rows_sd": float(result.tail_rows_sd) if np.isfinite(result.tail_rows_sd) else "",
@@ -328,7 +329,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "random_effects_pooling": bool(result.dispersed),
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
         "clipping_bias_bound": bias,
-        "noise_exceed_probability": _miss_probability(noise_sd, bias - result.clipping_bias_bound, result),
+        "noise_exceed_probability": _miss_probability(noise_sd, tail_bias, result),
         "forecast_error": float(fc.expected_error),
         "forecast_floor": float(fc.floor),
         "public_n": n_public if relation == "add_remove" else "",
