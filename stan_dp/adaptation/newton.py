@@ -156,6 +156,7 @@ def private_mode(
     z_q, z_c, z_g, z_h = zs["scale"], zs["clip"], zs["gradient"], zs["curvature"]
     c_g = clip_inflation(s, n_public, pld_mean, relation) * whitened_grad_scale(n_public, d)
     c_h = s.kappa_hessian * whitened_hessian_scale(n_public, d)
+    median_tail = clip_median_tail(n_public, z_c)   # public, the same every round
 
     theta = np.array(init, dtype=float)
     holder = queries(density)
@@ -181,8 +182,8 @@ def private_mode(
     tail_counts: list[float] = []   # released: rows beyond TAIL_MULTIPLE x the bound, per near round
     tail_sd = math.inf
     # adaptive_clip: factor on the public gradient bound near the mode, and the released counts
-    # of rows beyond the bound at the current factor
-    adjust, clipped_counts = 1.0, []
+    # of rows beyond the bound at the current factor, and their mean's noise sd
+    adjust, clipped_counts, sd_n = 1.0, [], math.nan
     allowed = allowed_clipped_rows(z_g, s.rounds, relation)
     adaptive = bool(s.adaptive_clip)
     if not 0 < s.clipped_repeats < s.clip_rounds:
@@ -224,7 +225,7 @@ def private_mode(
             # raises the clip bounds so that the step is not throttled by clipping.
             # where the count noise is large the medians look higher up (clip_median_tail): a
             # false count at the top of the search would raise the bounds a million-fold
-            medians, _ = private_quantiles(rng_noise, norms, tail=clip_median_tail(n_public, z_c),
+            medians, _ = private_quantiles(rng_noise, norms, tail=median_tail,
                                            n_public=n_public, rounds=s.clip_rounds, noise_multiplier=z_c,
                                            ledger=ledger, what=f"clip count, round {k}",
                                            log2_range=(-20.0, 60.0))
@@ -365,7 +366,7 @@ def private_mode(
     tail_rows = float(np.mean(tail_counts)) if tail_counts else math.nan
     tail_rows_sd = tail_sd / math.sqrt(len(tail_counts)) if tail_counts else math.inf
     clipped_rows = float(np.mean(clipped_counts)) if clipped_counts else math.nan
-    clipped_sd = z_c / math.sqrt(s.clipped_repeats * len(clipped_counts)) if clipped_counts else math.nan
+    clipped_sd = sd_n if clipped_counts else math.nan   # sd_n: of the counts kept since the last raise
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd)

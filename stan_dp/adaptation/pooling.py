@@ -378,9 +378,11 @@ def _random_effects(steps: np.ndarray, covs: list[np.ndarray],
     if q0 <= dof:
         return 0.0, mode, cov
     high = 1.0
-    while not _dispersion_q(steps, covs, high)[0] <= dof:
+    while True:
+        q_high, mode, cov = _dispersion_q(steps, covs, high)
+        if q_high <= dof:
+            break
         if high >= MAX_HETEROGENEITY:
-            _, mode, cov = _dispersion_q(steps, covs, high)
             return float(high), mode, cov
         high *= 2.0
     c = optimize.brentq(lambda x: _dispersion_q(steps, covs, x)[0] - dof, 0.0, high,
