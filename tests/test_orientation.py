@@ -162,18 +162,68 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(n, epsilon, 
     assert oriented[1]["warnings"]              # neither budget can buy 0.5 sd here: it says so
 
 
+def _poisson_metres(n: int, seed: int):
+    """The utility benchmark's Poisson GLM (D = 5); column 0 in metres, 1 in thousands."""
+    from test_auto import PoissonGLM
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 5))
+    y = rng.poisson(np.exp(1.0 + 0.3 * (z @ np.linspace(-0.8, 0.8, 5))))
+    x = z.copy()
+    x[:, 0] = 5000.0 + 1000.0 * z[:, 0]
+    x[:, 1] = 1000.0 * z[:, 1]
+    return PoissonGLM(x, y)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_noisy_release_of_a_strong_ridge_turns_the_frame(seed, monkeypatch):
+    """A Poisson GLM in metres at n = 1e3, epsilon = 1 (forecast 0.59: oriented by default).
+    The intercept-metres entry of ``R`` is 0.98 without noise; in these seeds' releases it came
+    out at 0.52 and 0.64 (a diagonal high by noise shrinks it), an eigenvalue of 0.48 and 0.36,
+    above ``RIDGE_EIGENVALUE`` = 0.25 but within the pair's noise of it, and beyond that noise
+    below 1.  Held to 0.25 these runs kept the diagonal frame and ended 16 and 17 posterior sds
+    off (against the exact mode); turned, 5.3 and 7.8 (24 seeds: median 17.1 -> 6.2; the
+    standardised twin 4.0-5.5).  Checked: the spy sees the released eigenvalue above 0.25, the
+    frame turns, and the fit is within half the unoriented one's error."""
+    seen = []
+    real = initial_frame.thresholded_ridges
+
+    def spy(r, entry_sd):
+        out = real(r, entry_sd)
+        seen.extend((float(out.eigenvalues[g].min()), float(out.noise_norm[g[0]])) for g in out.groups)
+        return out
+
+    monkeypatch.setattr(initial_frame, "thresholded_ridges", spy)
+    model = _poisson_metres(1000, seed)
+    mode, cov = model.exact()
+    errors = {}
+    for name, settings in (("plain", PLAIN), ("default", AdaptationSettings())):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=seed + 500, draws=200,
+                                 chains=1, settings=settings)
+        mean = fit.posterior["b"].mean(("chain", "draw")).values
+        errors[name] = (float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs)
+    assert len(seen) == 1                              # one group: the intercept and metres
+    lam, noise = seen[0]
+    tau_g = initial_frame.NOISE_SPECTRAL_FACTOR * noise
+    assert initial_frame.RIDGE_EIGENVALUE < lam < initial_frame.RIDGE_EIGENVALUE + tau_g, (lam, tau_g)
+    assert errors["default"][1]["frame_turned"] and not errors["plain"][1]["frame_turned"]
+    assert errors["default"][0] < 0.5 * errors["plain"][0], (errors["default"][0], errors["plain"][0])
+
+
 def test_the_default_orients_only_where_the_public_forecast_resolves_the_release():
     """``orient=None``: on where the Bonferroni threshold times the forecast noise sd of an entry
-    of ``R`` is below 0.5 (a pair's entry at 0.75 is then kept ~95 % of the time).  Recomputed
-    from the plan's own noise multiplier: entry sd ``(2 z / sqrt 2) d / n``, threshold
-    ``Phi^-1(1 - 0.05 / (d (d - 1)))``.  Off at n = 1e3, D = 10, epsilon = 1 (1.22) and at
-    n = 434, epsilon = 4 (0.81); on at n = 1e3, D = 10, epsilon = 4 (0.35: the ridge cell the
-    spectral gate used to leave at 8-10 sds)."""
+    of ``R`` is below 0.75 (a ridge's entry at 0.95 or more is then kept).  Recomputed from the
+    plan's own noise multiplier: entry sd ``(2 z / sqrt 2) d / n``, threshold
+    ``Phi^-1(1 - 0.05 / (d (d - 1)))``.  Off at n = 1e3, D = 10, epsilon = 1 (1.22), at n = 600,
+    D = 5, epsilon = 1 (0.98) and at n = 434, epsilon = 4 (0.81); on at n = 1e3, D = 10,
+    epsilon = 4 (0.35: the ridge cell the spectral gate used to leave at 8-10 sds) and at n = 1e3,
+    D = 5, epsilon = 1 (0.59) and n = 800 (0.74)."""
     default = AdaptationSettings()
     assert default.orient is None
     for n, dim, eps, on in ((10_000, 11, 1.0, True), (1000, 6, 4.0, True), (1000, 11, 4.0, True),
-                            (1000, 6, 1.0, False), (100_000, 11, 1.0, True), (1000, 11, 1.0, False),
-                            (434, 11, 4.0, False)):
+                            (1000, 6, 1.0, True), (800, 6, 1.0, True), (600, 6, 1.0, False),
+                            (100_000, 11, 1.0, True), (1000, 11, 1.0, False), (434, 11, 4.0, False)):
         m = pld_mean_budget(eps, 1e-5)
         planned = planned_settings(default, n, dim, m)
         unplanned = default._replace(orient=True, rounds=1, hessian_share=0.25, far_rounds=0, quantile_share=0.05)
@@ -182,7 +232,7 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
         detect = stats.norm.isf(0.05 / (dim * (dim - 1))) * 2 * z / math.sqrt(2) * dim / n
         assert math.isclose(orientation_noise_forecast(default, n, dim, m), forecast)
         assert math.isclose(orientation_detection_forecast(default, n, dim, m), detect)
-        assert planned.orient is on and bool(detect < 0.5) is on, (n, dim, eps, detect)
+        assert planned.orient is on and bool(detect < 0.75) is on, (n, dim, eps, detect)
         assert planned.rounds == round_count(planned, n, dim, m)
         if on:   # shares cut until the spectral forecast is at the target, never raised
             cut = min(1.0, (forecast / ORIENT_NOISE_TARGET) ** 2)
