@@ -162,16 +162,29 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(n, epsilon, 
     assert oriented[1]["warnings"]              # neither budget can buy 0.5 sd here: it says so
 
 
-def _poisson_metres(n: int, seed: int):
-    """The utility benchmark's Poisson GLM (D = 5); column 0 in metres, 1 in thousands."""
+def _poisson(n: int, seed: int, unstandardised: bool = True):
+    """The utility benchmark's Poisson GLM (D = 5); unstandardised: column 0 in metres, 1 in
+    thousands."""
     from test_auto import PoissonGLM
     rng = np.random.default_rng(seed)
     z = rng.normal(size=(n, 5))
     y = rng.poisson(np.exp(1.0 + 0.3 * (z @ np.linspace(-0.8, 0.8, 5))))
     x = z.copy()
-    x[:, 0] = 5000.0 + 1000.0 * z[:, 0]
-    x[:, 1] = 1000.0 * z[:, 1]
+    if unstandardised:
+        x[:, 0] = 5000.0 + 1000.0 * z[:, 0]
+        x[:, 1] = 1000.0 * z[:, 1]
     return PoissonGLM(x, y)
+
+
+def _worst_error(model, epsilon: float, seed: int, settings: AdaptationSettings):
+    """Worst |posterior mean - exact mode| in exact posterior sds, and the fit's attrs."""
+    mode, cov = model.exact()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=seed + 500, draws=200,
+                             chains=1, settings=settings)
+    mean = fit.posterior["b"].mean(("chain", "draw")).values
+    return float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -193,22 +206,29 @@ def test_a_noisy_release_of_a_strong_ridge_turns_the_frame(seed, monkeypatch):
         return out
 
     monkeypatch.setattr(initial_frame, "thresholded_ridges", spy)
-    model = _poisson_metres(1000, seed)
-    mode, cov = model.exact()
-    errors = {}
-    for name, settings in (("plain", PLAIN), ("default", AdaptationSettings())):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=seed + 500, draws=200,
-                                 chains=1, settings=settings)
-        mean = fit.posterior["b"].mean(("chain", "draw")).values
-        errors[name] = (float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs)
+    model = _poisson(1000, seed)
+    errors = {name: _worst_error(model, 1.0, seed, settings)
+              for name, settings in (("plain", PLAIN), ("default", AdaptationSettings()))}
     assert len(seen) == 1                              # one group: the intercept and metres
     lam, noise = seen[0]
     tau_g = initial_frame.NOISE_SPECTRAL_FACTOR * noise
     assert initial_frame.RIDGE_EIGENVALUE < lam < initial_frame.RIDGE_EIGENVALUE + tau_g, (lam, tau_g)
     assert errors["default"][1]["frame_turned"] and not errors["plain"][1]["frame_turned"]
     assert errors["default"][0] < 0.5 * errors["plain"][0], (errors["default"][0], errors["plain"][0])
+
+
+def test_at_a_small_budget_metres_cost_little_more_than_standardised_predictors():
+    """The private scale's claim at n = 1e3, epsilon = 1 (the Poisson GLM, oriented by default):
+    median worst error over 12 seeds against the exact posterior, metres 6.9 and standardised
+    4.5 (ratio 1.5; 24 seeds: 6.2 and 4.0); unoriented, metres 17.1 (ratio 3.8), the README
+    table's 15-24 before.  Neither meets its target of about 2.6 at this budget, and both warn."""
+    default = AdaptationSettings()
+    median = {}
+    for unstandardised in (False, True):
+        errors = [_worst_error(_poisson(1000, seed, unstandardised), 1.0, seed, default)[0]
+                  for seed in range(12)]
+        median[unstandardised] = float(np.median(errors))
+    assert median[True] < 2.0 * median[False], median
 
 
 def test_the_default_orients_only_where_the_public_forecast_resolves_the_release():
