@@ -134,6 +134,18 @@ def test_standardised_predictors_keep_the_axes():
     assert sum(e.what.startswith("direction count") for e in ledger.entries) == ORIENT.quantile_rounds
 
 
+def _worst_error(model, epsilon: float, noise_seed: int, settings: AdaptationSettings,
+                 draws: int = 200):
+    """Worst |posterior mean - exact mode| in exact posterior sds of one fit, and its attrs."""
+    mode, cov = model.exact()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=noise_seed, draws=draws,
+                             chains=1, settings=settings)
+    mean = fit.posterior["b"].mean(("chain", "draw")).values
+    return float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs
+
+
 @pytest.mark.parametrize("n, epsilon, seed", [(10_000, 1.0, 0), (10_000, 1.0, 1), (1000, 4.0, 0),
                                                (1000, 4.0, 1)])
 def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(n, epsilon, seed):
@@ -144,16 +156,8 @@ def test_orient_takes_the_ridge_case_near_the_standardised_accuracy(n, epsilon, 
     release's noise in ``R`` (1.3-2.4) swamps it, and only the thresholded entries show the ridge
     (:mod:`stan_dp.adaptation.ridge`)."""
     model = _glm(n, seed, True)
-    mode, cov = model.exact()
-    errors = {}
-    for name, settings in (("plain", PLAIN), ("oriented", AdaptationSettings())):  # default
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=seed + 100, draws=400,
-                                 chains=1, settings=settings)
-        mean = fit.posterior["b"].mean(("chain", "draw")).values
-        errors[name] = (float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs)
-    plain, oriented = errors["plain"], errors["oriented"]
+    plain = _worst_error(model, epsilon, seed + 100, PLAIN, draws=400)
+    oriented = _worst_error(model, epsilon, seed + 100, AdaptationSettings(), draws=400)   # default
     assert oriented[1]["frame_turned"] and not plain[1]["frame_turned"]
     if n == 10_000:
         assert oriented[1]["search_settled"]
@@ -176,17 +180,6 @@ def _poisson(n: int, seed: int, unstandardised: bool = True):
     return PoissonGLM(x, y)
 
 
-def _worst_error(model, epsilon: float, seed: int, settings: AdaptationSettings):
-    """Worst |posterior mean - exact mode| in exact posterior sds, and the fit's attrs."""
-    mode, cov = model.exact()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=seed + 500, draws=200,
-                             chains=1, settings=settings)
-    mean = fit.posterior["b"].mean(("chain", "draw")).values
-    return float(np.max(np.abs(mean - mode) / np.sqrt(np.diag(cov)))), fit.attrs
-
-
 @pytest.mark.parametrize("seed", [0, 3])
 def test_a_noisy_release_of_a_strong_ridge_turns_the_frame(seed, monkeypatch):
     """A Poisson GLM in metres at n = 1e3, epsilon = 1 (forecast 0.59: oriented by default).
@@ -207,7 +200,7 @@ def test_a_noisy_release_of_a_strong_ridge_turns_the_frame(seed, monkeypatch):
 
     monkeypatch.setattr(initial_frame, "thresholded_ridges", spy)
     model = _poisson(1000, seed)
-    errors = {name: _worst_error(model, 1.0, seed, settings)
+    errors = {name: _worst_error(model, 1.0, seed + 500, settings)
               for name, settings in (("plain", PLAIN), ("default", AdaptationSettings()))}
     assert len(seen) == 1                              # one group: the intercept and metres
     lam, noise = seen[0]
@@ -225,7 +218,7 @@ def test_at_a_small_budget_metres_cost_little_more_than_standardised_predictors(
     default = AdaptationSettings()
     median = {}
     for unstandardised in (False, True):
-        errors = [_worst_error(_poisson(1000, seed, unstandardised), 1.0, seed, default)[0]
+        errors = [_worst_error(_poisson(1000, seed, unstandardised), 1.0, seed + 500, default)[0]
                   for seed in range(12)]
         median[unstandardised] = float(np.median(errors))
     assert median[True] < 2.0 * median[False], median
