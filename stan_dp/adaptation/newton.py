@@ -60,8 +60,12 @@ Steps (every data access a Gaussian release written to the ledger):
    space, made positive definite once against the pooled noise) and their
    one-step estimates with it, precision-weighted (:func:`_pooled_estimate`);
    the search moves to the pooled estimate, and rounds far from it in its
-   metric leave the pool.  The final pool gives the mode, the covariance
-   (inverse pooled curvature) and the noise covariance.  The search has
+   metric leave the pool.  Where that left at most half of the last run of
+   near rounds in the pool (rounds far from it by their noise alone), the
+   others within their noise's reach of its estimate come back unless
+   Hausman's test says they disagree with it (:func:`_final_rounds`).  The
+   final pool gives the mode, the covariance (inverse pooled curvature) and
+   the noise covariance.  The search has
    *settled* when at least two rounds are pooled and the pooled curvature is
    resolved in every direction; otherwise the result says so.
 4. **Exact prior** (settled searches): coordinates the prior holds (a
@@ -93,8 +97,8 @@ from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_sc
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame
 from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, AdaptationSettings, allowed_clipped_rows,
                                      clip_inflation, clip_median_tail, noise_multipliers, planned_settings)
-from stan_dp.adaptation.pooling import (_distance, _drop_consistent, _exact_prior_mode, _pooled_estimate,
-                                        curvature_diagonal_sd)
+from stan_dp.adaptation.pooling import (_distance, _drop_consistent, _exact_prior_mode, _final_rounds,
+                                        _pooled_estimate, curvature_diagonal_sd, model_reach)
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
 from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
@@ -179,6 +183,7 @@ def private_mode(
 
     rounds: list[dict[str, Any]] = []
     pool: list[dict[str, Any]] = []
+    streak: list[dict[str, Any]] = []   # every near round since the last round that was not near
     tail_counts: list[float] = []   # released: rows beyond TAIL_MULTIPLE x the bound, per near round
     tail_sd = math.inf
     # adaptive_clip: factor on the public gradient bound near the mode, and the released counts
@@ -302,11 +307,12 @@ def private_mode(
                              "hess": inv_frame.T @ h_rel @ inv_frame,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h,
                              "hess_diag_sd": curvature_diagonal_sd(sd_h, inv_frame)})
+                streak.append(pool[-1])
                 pooled = _pooled_estimate(pool, frame)
                 # In a frame the release could not resolve, a short step in frame units
                 # says little about the distance: once the pooled curvature resolves it,
                 # rounds far from the pooled mode (in its metric) leave the pool.
-                reach = 3.0 * math.sqrt(d) + 3.0
+                reach = model_reach(d)
                 kept = [r for r in pool if _distance(r["theta"], pooled) <= reach]
                 if kept and len(kept) < len(pool):
                     narrower = _pooled_estimate(kept, frame)
@@ -321,6 +327,7 @@ def private_mode(
                 new_frame = pooled.frame
             else:
                 pool.clear()
+                streak.clear()
                 new_frame = _next_frame(frame, lam, q)
             previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
                         "slope": float(grad @ (inv_frame @ move)), "near": near,
@@ -336,6 +343,7 @@ def private_mode(
         path.append(theta.copy())
 
     dispersion, heterogeneity = math.nan, 0.0
+    pool = _final_rounds(pool, streak, frame)   # near rounds that left the pool, back where they agree
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame, random_effects=True)
         dispersion, heterogeneity = pooled.dispersion, pooled.heterogeneity
