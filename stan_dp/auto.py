@@ -48,7 +48,8 @@ from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, cl
 from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
-from stan_dp.honesty import MOVING_WINDOW, UtilityWarning, emit, moving_coordinates
+from stan_dp.honesty import (MOVING_WINDOW, PULL_SDS, UtilityWarning, emit, moving_coordinates,
+                             pulled_coordinates)
 from stan_dp.inference import preceding_releases, resolve_init, validate_run_args
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs
@@ -270,9 +271,16 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
     noise_sd = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd
     moving: list[str] = []
+    pulled: list[str] = []
     if not result.settled:
         report_sd = np.sqrt(np.maximum(np.diag(result.covariance + result.noise_covariance), 0.0))
-        moving = _moving_parameters(model, result.path, report_sd)
+        walking_flags = moving_coordinates(result.path, report_sd)
+        moving = _moving_parameters(model, result.path, walking_flags)
+        pulling = pulled_coordinates(result.pull)
+        if pulling.shape == walking_flags.shape:   # a walk already named is not named twice
+            names = _coordinate_names(model, pulling.size)
+            pulled = [f"{names[j]} ({'up' if result.pull[-1, j] > 0 else 'down'})"
+                      for j in np.flatnonzero(pulling & ~walking_flags)]
         walking = ("" if not moving else
                    f"; it was still walking one way when its rounds ran out ({'; '.join(moving)}, "
                    "each step the same way and together beyond the reported spread): it ran out "
@@ -281,6 +289,12 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
                    "init, zeros unconstrained, puts a positive parameter at 1: a data-independent "
                    "init= on the scale you expect helps most, e.g. a scale parameter near the "
                    "spread you expect of your outcome), or the budget is small for this many rows")
+        if pulled:
+            walking += (f"; the released gradient still pulled it one way along {', '.join(pulled)} "
+                        f"(beyond {PULL_SDS:g} noise sds the same way in each of its last "
+                        f"{MOVING_WINDOW} rounds, 'up' meaning larger unconstrained values): the mode "
+                        "is farther that way than the search got — a data-independent init= on the "
+                        "scale you expect for these helps most")
         emit(["the private mode search did not settle (its last steps were still large or went "
               f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
               "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
@@ -324,6 +338,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "frame_turned": bool(result.frame_turned),
         "search_settled": bool(result.settled),
         "still_moving": "; ".join(moving),
+        "still_pulled": "; ".join(pulled),
         "rounds_averaged": int(result.rounds_averaged),
         "round_dispersion": float(result.dispersion) if np.isfinite(result.dispersion) else "",
         "random_effects_pooling": bool(result.dispersed),
@@ -371,15 +386,30 @@ def _miss_probability(noise_sd: np.ndarray, fixed_bias: float, result: Adaptatio
     return float(sum(w * at(count + sd * x) for x, w in zip(nodes, weights)) / np.sum(weights))
 
 
-def _moving_parameters(model: Any, path: np.ndarray, sd: np.ndarray) -> list[str]:
-    """``"name a -> b -> c"`` for each coordinate the search was still walking along (released path)."""
-    flags = moving_coordinates(path, sd)
+def _coordinate_names(model: Any, dim: int) -> list[str]:
+    """Stan's name of each unconstrained coordinate (``beta[1]``), or ``unconstrained coordinate j``
+    where the model gives no flat names of that length."""
+    from stan_dp.diagnostics import _parse_flat, stan_name   # compare's reading of flat names
+
+    names = list(getattr(model, "param_names", None) or [])
+    if len(names) != dim:
+        return [f"unconstrained coordinate {j + 1}" for j in range(dim)]
+    out = []
+    for name in names:
+        parsed = _parse_flat(name)   # BridgeStan's "beta.1" is Stan's beta[1]
+        out.append(name if parsed is None else stan_name(parsed[0], [i - 1 for i in parsed[1]]))
+    return out
+
+
+def _moving_parameters(model: Any, path: np.ndarray, flags: np.ndarray) -> list[str]:
+    """``"name a -> b -> c"`` for each coordinate ``flags`` marks (:func:`moving_coordinates`: the
+    search was still walking along it), on the constrained scale where the model maps the path."""
     if not flags.any():
         return []
     points = np.asarray(path)[-(MOVING_WINDOW + 1):]
-    names = list(getattr(model, "param_names", None) or [])
+    names = _coordinate_names(model, points.shape[1])
     constrained = None
-    if len(names) == points.shape[1]:
+    if not names[0].startswith("unconstrained coordinate"):
         try:   # Stan's flattened order: each variable column-major, in declaration order
             constrained = np.array([np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
                                                     for v in model.constrain(p).values()])
@@ -388,14 +418,10 @@ def _moving_parameters(model: Any, path: np.ndarray, sd: np.ndarray) -> list[str
             constrained = None
         if constrained is not None and constrained.shape != points.shape:
             constrained = None
-    from stan_dp.diagnostics import _parse_flat, stan_name   # compare's reading of flat names
-
     out = []
     for j in np.flatnonzero(flags):
         if constrained is not None:
-            parsed = _parse_flat(names[j])   # BridgeStan's "beta.1" is Stan's beta[1]
-            label = names[j] if parsed is None else stan_name(parsed[0], [i - 1 for i in parsed[1]])
-            out.append(f"{label} " + " -> ".join(f"{v:.4g}" for v in constrained[:, j]))
+            out.append(f"{names[j]} " + " -> ".join(f"{v:.4g}" for v in constrained[:, j]))
         else:
             out.append(f"unconstrained coordinate {j + 1} " + " -> ".join(f"{v:.4g}" for v in points[:, j]))
     return out

@@ -21,6 +21,7 @@ __all__ = [
     "chain_diagnostics",
     "mixing_warnings",
     "moving_coordinates",
+    "pulled_coordinates",
     "emit",
 ]
 
@@ -138,6 +139,38 @@ def moving_coordinates(path: np.ndarray, sd: np.ndarray, window: int = MOVING_WI
     with np.errstate(divide="ignore", invalid="ignore"):
         far = np.abs(path[-1] - path[-(window + 1)]) > threshold * sd
     return one_way & far & np.all(np.isfinite(steps), axis=0)
+
+
+PULL_SDS = 3.0
+""":func:`pulled_coordinates` flags a coordinate whose released gradient was beyond this many noise
+sds, the same way, in each of a search's last :data:`MOVING_WINDOW` rounds."""
+
+
+def pulled_coordinates(pull: np.ndarray | None, window: int = MOVING_WINDOW,
+                       threshold: float = PULL_SDS) -> np.ndarray:
+    """Coordinates along which a search's released gradient still pulled one way when its rounds
+    ran out (post-processing).
+
+    ``pull`` holds, per round, the released log-density gradient per coordinate in noise sds of
+    its release (:attr:`stan_dp.adaptation.AdaptationResult.pull`).  A coordinate is flagged when
+    in each of the last ``window`` rounds it was beyond ``threshold`` the same way.  At the mode
+    the released gradient is noise alone: a round passes with probability ``2 Phi(-3)`` = 0.0027,
+    three in a row the same way about 5e-9.  A search that stalls far from the mode along a
+    coordinate (steps shortened, stepped back, the frame too narrow there, so that
+    :func:`moving_coordinates` sees no walk) is still pulled along it: a scale parameter started
+    at 1 under an outcome around 100 +- 18 released gradients 5 noise sds up in every round.
+
+    Returns
+    -------
+    ndarray of bool, shape (dim,)
+    """
+    if pull is None:
+        return np.zeros(0, dtype=bool)
+    z = np.asarray(pull, dtype=float)
+    if z.ndim != 2 or z.shape[0] < window:
+        return np.zeros(z.shape[-1] if z.ndim == 2 else 0, dtype=bool)
+    last = z[-window:]
+    return np.all(last > threshold, axis=0) | np.all(last < -threshold, axis=0)
 
 
 def emit(messages: list[str], attrs: dict[str, Any], *, stacklevel: int = 3) -> None:

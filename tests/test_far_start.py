@@ -20,7 +20,7 @@ import pytest
 
 import stan_dp
 from stan_dp.adaptation import AdaptationSettings
-from stan_dp.honesty import MOVING_SDS, moving_coordinates
+from stan_dp.honesty import MOVING_SDS, MOVING_WINDOW, PULL_SDS, moving_coordinates, pulled_coordinates
 from stan_dp.inference import resolve_init
 from densities import NormalMeanScale
 
@@ -43,6 +43,44 @@ def test_moving_coordinates_flags_one_way_walks_beyond_the_spread_only():
     assert not moving_coordinates(np.zeros((5, 2)), np.ones(2)).any()
     # too short a path to judge
     assert not moving_coordinates(steps[:3], sd).any()
+
+
+def test_pulled_coordinates_flags_a_gradient_beyond_its_noise_the_same_way_in_the_last_rounds():
+    z = np.array([
+        [9.0, 9.0, 9.0, 0.0, 9.0],
+        [4.0, 4.0, -4.0, 4.0, PULL_SDS + 0.01],   # 0: up in all; 1: up, then one round within
+        [5.0, PULL_SDS - 0.01, -5.0, 5.0, 4.0],   # 2: down in all three; 3: up in all three
+        [6.0, 6.0, -6.0, 6.0, -4.0],              # 4: up, up, then down
+    ])
+    assert pulled_coordinates(z).tolist() == [True, False, True, True, False]
+    assert MOVING_WINDOW == 3   # the window the rows above are written for
+    assert not pulled_coordinates(z[:2]).any() and pulled_coordinates(z[:2]).shape == (5,)   # too short
+    assert pulled_coordinates(None).shape == (0,)
+    # at the mode the released gradient is noise: 100,000 coordinates of 3 standard-normal rounds
+    noise = np.random.default_rng(0).normal(size=(3, 100_000))
+    assert not pulled_coordinates(noise).any()   # chance ~ 2 Phi(-3)^3 = 5e-9 each
+
+
+def test_a_stalled_search_names_what_its_gradient_still_pulls():
+    """Without the far phase, with the Newton rounds' gain cap, the search stalls near sigma = 1
+    (its steps short and stepped back, no three-round walk one way for ``still_moving``), but its
+    released gradient still points up along sigma, 5 noise sds and more in every round: the run
+    names it (``attrs["still_pulled"]``, and the warning), while the settled default names none."""
+    model = _far()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        default = stan_dp.sample(model, epsilon=4.0, delta=1e-5, seed=1, progress=False, draws=200)
+    assert default.attrs["search_settled"] and default.attrs["still_pulled"] == ""
+    for seed in (1, 3):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fit = stan_dp.sample(model, epsilon=4.0, delta=1e-5, seed=seed, progress=False, draws=200,
+                                 settings=AdaptationSettings(far_rounds=0))
+        assert not fit.attrs["search_settled"] and fit.attrs["still_moving"] == ""
+        assert "sigma (up)" in fit.attrs["still_pulled"].split("; ")
+        assert np.log(fit.posterior["sigma"].values.mean()) < 0.5   # stalled: log(18) = 2.9 is far
+        text = " ".join(str(w.message) for w in caught if issubclass(w.category, stan_dp.UtilityWarning))
+        assert "still pulled it one way along" in text and "sigma (up)" in text
 
 
 def _far(n: int = 500) -> NormalMeanScale:
@@ -130,10 +168,11 @@ def test_moving_parameters_are_named_as_stan_writes_them_with_constrained_values
     from stan_dp.auto import _moving_parameters
 
     path = np.array([[0.0, 0.0, 0.0], [1.0, 0.1, 0.5], [2.0, -0.1, 1.0], [3.0, 0.1, 1.5], [4.0, 0.0, 2.0]])
-    out = _moving_parameters(_StanNamed(), path, np.array([0.1, 0.1, 0.1]))
+    flags = moving_coordinates(path, np.array([0.1, 0.1, 0.1]))
+    out = _moving_parameters(_StanNamed(), path, flags)
     assert out == ["beta[1] 1 -> 2 -> 3 -> 4",
                    "sigma " + " -> ".join(f"{v:.4g}" for v in np.exp([0.5, 1.0, 1.5, 2.0]))]
     # without names that line up with the coordinates, the unconstrained values are given
     unnamed = type("U", (), {"dim": 3, "param_names": ["beta.1"], "constrain": _StanNamed.constrain})()
-    assert _moving_parameters(unnamed, path, np.array([0.1, 0.1, 0.1]))[1] == \
+    assert _moving_parameters(unnamed, path, flags)[1] == \
         "unconstrained coordinate 3 0.5 -> 1 -> 1.5 -> 2"

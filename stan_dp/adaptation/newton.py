@@ -182,6 +182,7 @@ def private_mode(
                                         zs["orientation"], zs["direction"], rng_noise, ledger)
 
     rounds: list[dict[str, Any]] = []
+    pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
     pool: list[dict[str, Any]] = []
     streak: list[dict[str, Any]] = []   # every near round since the last round that was not near
     tail_counts: list[float] = []   # released: rows beyond TAIL_MULTIPLE x the bound, per near round
@@ -248,6 +249,9 @@ def private_mode(
         du = q @ ((q.T @ grad) / lam)
         h_inv = (q / lam) @ q.T
         inv_frame = np.linalg.inv(frame)
+        # theta-space gradient A^-T grad; its release's noise there has sd s |column j of A^-1|
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pull.append((inv_frame.T @ grad) / (sd_g * np.linalg.norm(inv_frame, axis=0)))
 
         # Did the previous full step go too far?  The released directional
         # derivative here points back (overshoot), or the released curvature
@@ -377,4 +381,5 @@ def private_mode(
     clipped_sd = sd_n if clipped_counts else math.nan   # sd_n: of the counts kept since the last raise
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
-                            turned, clipped_rows, dispersion, heterogeneity, clipped_sd)
+                            turned, clipped_rows, dispersion, heterogeneity, clipped_sd,
+                            np.array(pull).reshape(len(pull), d))

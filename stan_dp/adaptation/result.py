@@ -77,6 +77,10 @@ class AdaptationResult(NamedTuple):
     covariance), which :attr:`noise_covariance` and :attr:`mode` then include."""
     clipped_rows_sd: float = math.nan
     """Noise sd of :attr:`clipped_rows` (NaN where it was not counted)."""
+    pull: np.ndarray | None = None
+    """Per Newton round, the released log-density gradient at the round's point (data part plus
+    the exact prior's, ``theta`` space) per coordinate, in noise sds of its release (shape
+    ``(rounds, dim)``): :func:`stan_dp.honesty.pulled_coordinates` reads it."""
 
     @property
     def dispersed(self) -> bool:
