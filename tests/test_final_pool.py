@@ -131,6 +131,25 @@ def test_a_pool_that_holds_most_of_the_streak_is_kept():
     assert len(pooling._final_rounds(rounds[-4:], rounds, np.eye(D))) > 4
 
 
+def test_rounds_gone_to_infinity_are_judged_without_raising():
+    """A search whose rounds went to infinity (``radon`` at 1,000 rows, epsilon = 4: some parameter
+    at infinity in most runs) can leave non-finite values in its rounds.  An infinite released
+    curvature is floored like any unresolved one (``_shrunk_eigen``) and the rounds are judged as
+    usual; a non-finite gradient precision (where ``pinv`` would not converge) leaves the
+    search's pool as it is.  Neither raises."""
+    rng = np.random.default_rng(8)
+    h_root = np.linalg.cholesky(np.linalg.inv(H))
+    rounds = _rounds([(h_root, 6.0, MODE + 6.0 * h_root @ rng.normal(size=D)) for _ in range(K)], rng)
+    rounds[-1]["hess"] = np.full((D, D), np.inf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        kept = pooling._final_rounds(rounds[-1:], rounds, np.eye(D))
+    assert kept[-1] is rounds[-1] and all(any(r is k for r in rounds) for k in kept)
+    rounds = _rounds([(h_root, 6.0, MODE + 6.0 * h_root @ rng.normal(size=D)) for _ in range(K)], rng)
+    rounds[0]["grad_precision"] = np.full((D, D), np.nan)
+    assert pooling._final_rounds(rounds[-1:], rounds, np.eye(D)) == rounds[-1:]
+
+
 def _logistic(n: int, seed: int) -> tuple[densities.LogisticRegression, np.ndarray, np.ndarray]:
     """A D = 10 logistic regression on standard-normal predictors, its exact posterior mode
     (N(0, 1) priors) and the Laplace sds there."""

@@ -345,6 +345,9 @@ def _final_rounds(pool: list[dict[str, Any]], streak: list[dict[str, Any]],
     if len(streak) < 2 or 2 * len(pool) > len(streak):
         return pool
     own = _pooled_estimate(pool, frame)
+    if not (np.all(np.isfinite(own.curvature)) and np.all(np.isfinite(own.noise_cov))
+            and all(np.all(np.isfinite(r["grad_precision"])) for r in streak)):
+        return pool   # a search gone to infinity: nothing to judge the rounds by
     ids = {id(r) for r in pool}
     admitted = [r for r in streak if id(r) in ids or _distance(r["theta"], own) <= _reach(r, own)]
     if len(admitted) <= len(pool):
@@ -352,6 +355,8 @@ def _final_rounds(pool: list[dict[str, Any]], streak: list[dict[str, Any]],
     # both fixed-effect pools: the lemma holds for them under the null; rounds that disagree widen
     # a random-effects pool past the search's own, which would leave the test nothing to test
     wide = _pooled_estimate(admitted, frame)
+    if not (np.all(np.isfinite(wide.mode)) and np.all(np.isfinite(wide.noise_cov))):
+        return pool
     statistic, dof = _hausman(own.mode, own.noise_cov, wide.mode, wide.noise_cov)
     return admitted if dof > 0 and statistic <= float(stats.chi2.ppf(HAUSMAN_QUANTILE, dof)) else pool
 
