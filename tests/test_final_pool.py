@@ -1,13 +1,15 @@
 """The final pool: near rounds that left the search's pool return to it where they agree with it.
 
-``pooling._final_rounds`` puts back the near rounds of the final streak that are within
-``pooling._reach`` of their pooled mode (the quadratic model's reach, or twice their noise
-distance), unless Hausman's test says the search's own estimate is farther from theirs than its
-noise explains.  Checked here: Hausman's lemma (the covariance of ``a - b`` is ``V_a - V_b``)
-and the statistic's chi-squared law against Monte Carlo draws of synthetic rounds whose
-gradients are exactly linear plus their stated noise; the choice on stationary rounds (all come
-back) and on a search that crept along a ridge (none does); and end to end on a D = 10 logistic
-regression at 1,000 rows, epsilon = 1, against its exact posterior mode.
+Where the search's pool holds at most half of the final streak of near rounds,
+``pooling._final_rounds`` puts back the streak's rounds that are within ``pooling._reach`` of the
+search's estimate (the quadratic model's reach, or twice their noise distance), unless Hausman's
+test says the search's own estimate is farther from theirs than its noise explains.  Checked
+here: Hausman's lemma (the covariance of ``a - b`` is ``V_a - V_b``) and the statistic's
+chi-squared law against Monte Carlo draws of synthetic rounds whose gradients are exactly linear
+plus their stated noise; the choice on stationary rounds (all come back), on a search that crept
+along a ridge (none does), beside a pool holding most of the streak (none does) and on rounds gone
+to infinity (no raise); and end to end on a D = 10 logistic regression at 1,000 rows, epsilon = 1,
+against its exact posterior mode.
 """
 
 from __future__ import annotations
