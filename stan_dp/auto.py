@@ -409,7 +409,7 @@ def _moving_parameters(model: Any, path: np.ndarray, flags: np.ndarray) -> list[
     points = np.asarray(path)[-(MOVING_WINDOW + 1):]
     names = _coordinate_names(model, points.shape[1])
     constrained = None
-    if not names[0].startswith("unconstrained coordinate"):
+    if len(getattr(model, "param_names", None) or []) == points.shape[1]:   # the names line up
         try:   # Stan's flattened order: each variable column-major, in declaration order
             constrained = np.array([np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
                                                     for v in model.constrain(p).values()])
