@@ -330,3 +330,26 @@ def test_the_raised_share_brings_a_far_start_in_where_the_phase_was_left_out():
     with_phase, without = np.array(with_phase), np.array(without)
     assert np.median(with_phase) < 0.5 * np.median(without), (with_phase, without)
     assert np.sum(with_phase < without) >= 13, (with_phase, without)
+
+
+def test_the_newton_rounds_trace_carries_the_frame_and_gradient_each_round_used():
+    """The trace's ``frame`` of a round is the frame whose diagonal sd the previous round reported
+    as the next one's (``frame_sd``), and its ``grad`` / ``grad_sd`` in that frame give back, per
+    coordinate in noise sds, the pull the search reported (``AdaptationResult.pull``, computed
+    in the loop from the round's own values): the trace holds what each round used."""
+    model = NormalMeanScale(np.random.default_rng(0).normal(100.0, 18.0, 500))
+    trace: list[dict] = []
+    with np.errstate(all="ignore"):
+        result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
+                            relation="replace_one", rng_noise=np.random.default_rng(2), init=np.zeros(2),
+                            settings=AdaptationSettings(adaptive_clip=False), trace=trace)
+    rounds = [t for t in trace if not t.get("far")]
+    assert len(rounds) == len(result.pull) >= 2
+    for before, after in zip(rounds, rounds[1:]):
+        np.testing.assert_allclose(np.sqrt(np.diag(after["frame"] @ after["frame"].T)), before["frame_sd"],
+                                   rtol=1e-9)
+    for t, pull in zip(rounds, result.pull):
+        inv_frame = np.linalg.inv(t["frame"])
+        expected = (inv_frame.T @ t["grad"]) / (t["grad_sd"] * np.linalg.norm(inv_frame, axis=0))
+        np.testing.assert_allclose(expected, pull, rtol=1e-8)
+        assert 0 <= t["pooled"] <= len(rounds)

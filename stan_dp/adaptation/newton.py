@@ -147,7 +147,12 @@ def private_mode(
     settings : AdaptationSettings
         Tuning constants.
     trace : list, optional
-        If given, one dict per round is appended (released quantities only).
+        If given, one dict per round is appended (released quantities only): the Newton
+        rounds' carry the point, step, released eigenvalues, bounds, the frame the round used
+        (``frame``; ``frame_sd`` is the next round's), its released gradient in that frame (data part plus
+        the exact prior) with its noise sd (``grad``, ``grad_sd``) and the pool's size (``pooled``) — enough to set the frame
+        against a reference posterior (docs/adaptation.md §7, "Frames the rounds do not
+        correct").
 
     Returns
     -------
@@ -333,7 +338,7 @@ def private_mode(
                 pool.clear()
                 streak.clear()
                 new_frame = _next_frame(frame, lam, q)
-            previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
+            previous = {"theta": theta.copy(), "frame": np.linalg.inv(inv_frame), "move": move, "full": True,
                         "slope": float(grad @ (inv_frame @ move)), "near": near,
                         "length": float(np.linalg.norm(du))}
             theta = theta + move
@@ -343,7 +348,8 @@ def private_mode(
                           "collapse": collapse, "eig": lam.copy(), "ok": rounds[-1]["ok"],
                           "gain_capped": gain_capped,
                           "tau": tau, "bound_g": bound_g, "bound_h": bound_h,
-                          "frame_sd": np.sqrt(np.diag(frame @ frame.T))})
+                          "frame_sd": np.sqrt(np.diag(frame @ frame.T)), "frame": np.linalg.inv(inv_frame),
+                          "grad": grad.copy(), "grad_sd": sd_g, "pooled": len(pool)})
         path.append(theta.copy())
 
     dispersion, heterogeneity = math.nan, 0.0
