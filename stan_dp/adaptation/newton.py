@@ -147,12 +147,12 @@ def private_mode(
     settings : AdaptationSettings
         Tuning constants.
     trace : list, optional
-        If given, one dict per round is appended (released quantities only): the Newton
-        rounds' carry the point, step, released eigenvalues, bounds, the frame the round used
-        (``frame``; ``frame_sd`` is the next round's), its released gradient in that frame (data part plus
-        the exact prior) with its noise sd (``grad``, ``grad_sd``) and the pool's size (``pooled``) — enough to set the frame
-        against a reference posterior (docs/adaptation.md §7, "Frames the rounds do not
-        correct").
+        If given, one dict per round is appended (released quantities only).  A Newton
+        round's carries its point, step, released eigenvalues and bounds, the frame it used
+        (``frame``; ``frame_sd`` is the next round's), its released gradient in that frame
+        (data part plus the exact prior) with the release's noise sd (``grad``, ``grad_sd``)
+        and the pool's size after it (``pooled``): enough to set each frame against a
+        reference posterior (docs/adaptation.md §7, "Frames the rounds do not correct").
 
     Returns
     -------
@@ -254,6 +254,7 @@ def private_mode(
         du = q @ ((q.T @ grad) / lam)
         h_inv = (q / lam) @ q.T
         inv_frame = np.linalg.inv(frame)
+        used_frame = frame   # the frame this round's releases were made in (rebound, never mutated)
         # theta-space gradient A^-T grad; its release's noise there has sd s |column j of A^-1|
         with np.errstate(divide="ignore", invalid="ignore"):
             pull.append((inv_frame.T @ grad) / (sd_g * np.linalg.norm(inv_frame, axis=0)))
@@ -338,7 +339,7 @@ def private_mode(
                 pool.clear()
                 streak.clear()
                 new_frame = _next_frame(frame, lam, q)
-            previous = {"theta": theta.copy(), "frame": np.linalg.inv(inv_frame), "move": move, "full": True,
+            previous = {"theta": theta.copy(), "frame": frame.copy(), "move": move, "full": True,
                         "slope": float(grad @ (inv_frame @ move)), "near": near,
                         "length": float(np.linalg.norm(du))}
             theta = theta + move
@@ -348,7 +349,7 @@ def private_mode(
                           "collapse": collapse, "eig": lam.copy(), "ok": rounds[-1]["ok"],
                           "gain_capped": gain_capped,
                           "tau": tau, "bound_g": bound_g, "bound_h": bound_h,
-                          "frame_sd": np.sqrt(np.diag(frame @ frame.T)), "frame": np.linalg.inv(inv_frame),
+                          "frame_sd": np.sqrt(np.diag(frame @ frame.T)), "frame": used_frame.copy(),
                           "grad": grad.copy(), "grad_sd": sd_g, "pooled": len(pool)})
         path.append(theta.copy())
 
