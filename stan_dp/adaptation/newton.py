@@ -148,7 +148,7 @@ def private_mode(
         Tuning constants.
     trace : list, optional
         If given, one dict per round is appended (released quantities only).  A Newton
-        round's carries its point, step, released eigenvalues and bounds, the frame it used
+        round's dict carries its point, step, released eigenvalues and bounds, the frame it used
         (``frame``; ``frame_sd`` is the next round's), its released gradient in that frame
         (data part plus the exact prior) with the release's noise sd (``grad``, ``grad_sd``)
         and the pool's size after it (``pooled``): enough to set each frame against a
