@@ -226,11 +226,14 @@ def _adaptation_plan(epsilon: float, delta: float, share: float, settings: Adapt
 
 
 def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any, relation: str,
-           public_n: int | None, start: np.ndarray, settings: AdaptationSettings) -> _Adapted:
+           public_n: int | None, start: np.ndarray, settings: AdaptationSettings,
+           trace: list | None = None) -> _Adapted:
     """Forecast (public), then the private adaptation with ``share`` of the budget's PLD mean.
 
     Everything up to the private search touches no data; the caller has
-    validated all its own arguments before calling.
+    validated all its own arguments before calling.  ``trace``, if given,
+    receives :func:`private_mode`'s per-round dicts (released values only;
+    ``benchmarks/adaptation_trace.py`` reads them).
     """
     if not isinstance(settings, AdaptationSettings):
         raise TypeError("settings must be an AdaptationSettings")
@@ -262,7 +265,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = private_mode(model, n_public=n_public, pld_mean=budget_m, relation=relation,
-                              rng_noise=stream.noise, init=start, settings=settings)
+                              rng_noise=stream.noise, init=start, settings=settings, trace=trace)
     made, planned = _release_counts(result.ledger.releases()), _release_counts(releases)
     if made != planned:   # the samplers' accounting composes the plan: it must be what was done
         raise RuntimeError("the private adaptation made releases that its accounted plan does not "

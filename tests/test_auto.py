@@ -598,3 +598,27 @@ def test_exceed_probability_is_the_chance_that_the_worst_coordinate_is_beyond_th
     assert exceed_probability([np.inf], 0.5) == 1.0 and exceed_probability([0.0], 0.5) == 0.0
     fc = forecast(10_000, 6, 4.0, 1e-5, kappa=2.6, share=0.64)
     assert fc.exceed_probability == pytest.approx(exceed_probability([fc.expected_error] * 6, 0.5))
+
+
+def test_the_adaptation_trace_records_the_run_sample_makes():
+    """``trace=`` (what ``benchmarks/adaptation_trace.py`` reads) changes nothing: the same seed
+    gives the same private mode with and without it, ``sample(method="gaussian")`` with that seed
+    draws around that mode (within 5 Monte Carlo sds), and the trace holds every Newton round."""
+    from stan_dp.auto import _adapt
+
+    model = logistic(2000, 3, unstandardised=True)
+    kw = dict(epsilon=1.0, delta=1e-5, share=1.0, seed=7, relation="replace_one", public_n=None,
+              start=np.zeros(model.dim), settings=AdaptationSettings())
+    trace: list[dict] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = _adapt(model, **kw, trace=trace).result
+        plain = _adapt(model, **kw).result
+    np.testing.assert_array_equal(traced.mode, plain.mode)
+    np.testing.assert_array_equal(traced.noise_covariance, plain.noise_covariance)
+    rounds = [t for t in trace if not t.get("far")]
+    assert len(rounds) == len(traced.pull) >= 8
+    fit, _ = _quiet_sample(model, epsilon=1.0, delta=1e-5, seed=7, method="gaussian", draws=2000)
+    draws = fit.posterior["b"].values.reshape(-1, model.dim)
+    mc_sd = draws.std(axis=0) / np.sqrt(draws.shape[0])
+    assert np.all(np.abs(draws.mean(axis=0) - traced.mode) < 5.0 * mc_sd)

@@ -1,0 +1,225 @@
+"""Where the private mode search goes wrong: its rounds set against the non-private posterior.
+
+For each model, data seed and noise seed this runs the private adaptation
+exactly as ``stan_dp.sample(model, epsilon=..., delta=..., seed=SEED)`` does
+with the default ``method="auto"`` (the same plan, budget share and noise
+stream, so the mode is the one ``sample`` reports), keeps its per-round trace
+(released values only) and sets it against the NUTS fit of the same model and
+data (``stan_dp.reference_fit``; NOT private — a yardstick only).  Per run it
+prints
+
+* ``worst``: the worst |private mode - reference mean| in reference sds (and
+  which coordinate, unconstrained);
+* ``start``: how far the Newton rounds began, after the far phase (worst
+  coordinate, reference sds): a search that begins tens of sds away at a
+  small budget rarely arrives;
+* ``frame0`` / ``frame_end``: the largest eigenvalue of the reference
+  covariance in the first and the last Newton round's frame (1 where the
+  frame is the posterior's own; ``r^2`` along a direction ``r`` times too
+  narrow, which the rounds' curvature release cannot resolve:
+  docs/adaptation.md §7, "Frames the rounds do not correct"), and the
+  smallest in the last (below 1: too wide);
+* ``blind``: the Newton rounds whose every released eigenvalue was at the
+  noise floor (the release resolved no curvature at all), of ``rounds``;
+* ``pooled`` and ``settled``: the pool's size after the last round and
+  whether the search settled.
+
+Models: those of ``benchmarks/published_models.py`` by name, and the utility
+table's GLMs as ``logistic-std``, ``logistic-unstd``, ``poisson-std``,
+``poisson-unstd`` (``benchmarks/utility.py``; the unstandardised reference is
+the standardised one mapped, as there).
+
+``--set '{"hessian_share": 0.05}'`` overrides ``AdaptationSettings`` fields
+(an experiment), ``--oracle-start`` starts the search at the reference mean
+(not private: what a start at the posterior is worth), ``--init '{"b0": 6.9}'``
+starts it where a user's data-independent ``init=`` would; ``--out FILE`` writes one line per run, and ``--compare A B``
+pairs two such files run by run (same data and noise seeds): median and
+largest worst error, the geometric mean of the ratio B / A and a Wilcoxon
+signed-rank p-value.  Measured figures: docs/adaptation.md §7.
+
+Usage: ``python benchmarks/adaptation_trace.py [--models gamma weibull ...] [--n 1000]
+[--epsilon 1] [--data-seeds 0 1] [--noise-seeds 11 ... 22] [--set JSON] [--out FILE]
+[--cache DIR]`` or ``python benchmarks/adaptation_trace.py --compare A B``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import published_models  # noqa: E402  (a sibling script)
+import utility  # noqa: E402
+
+import stan_dp  # noqa: E402
+from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
+from stan_dp.auto import MCMC_ADAPTATION_SHARE, _adapt, choose_method  # noqa: E402
+from stan_dp.information_floor import unconstrained_draws  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GLMS = ("logistic-std", "logistic-unstd", "poisson-std", "poisson-unstd")
+
+
+def model_and_reference(name: str, n: int, data_seed: int, workdir: Path,
+                        cache: Path | None) -> tuple[Any, np.ndarray]:
+    """The ``RowModel`` of ``name`` on simulated data and the reference's unconstrained draws."""
+    if name in GLMS:
+        glm, scaling = name.split("-")
+        if glm == "logistic":
+            path = ROOT / "stan_models" / "logistic_regression.stan"
+        else:
+            path = workdir / "poisson_regression.stan"
+            path.write_text(utility.POISSON)
+        data = utility.simulate(glm, n, data_seed, scaling == "unstd")
+    else:
+        code, make, _ = published_models.MODELS[name]
+        path = workdir / f"{name}.stan"
+        path.write_text(code)
+        data = make(n, np.random.default_rng(data_seed))
+    model = stan_dp.RowModel(path, data)
+    stored = None if cache is None else cache / f"{name}_{n}_{data_seed}.npy"
+    if stored is not None and stored.exists():
+        return model, np.load(stored)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name in GLMS and name.endswith("unstd"):
+            glm = name.split("-")[0]
+            std = stan_dp.reference_fit(path, utility.simulate(glm, n, data_seed, False), seed=data_seed + 1)
+            ref = utility.mapped_reference(std)
+        else:   # the seed published_models.py and utility.py give NUTS
+            ref = stan_dp.reference_fit(path, data, seed=data_seed + 1)
+    draws = unconstrained_draws(model, ref)
+    if stored is not None:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        np.save(stored, draws)
+    return model, draws
+
+
+def frame_eigenvalues(frame: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
+    """Smallest and largest eigenvalue of ``F^-1 Sigma F^-T`` (all 1 where ``F F' = Sigma``)."""
+    inv = np.linalg.inv(frame)
+    ev = np.linalg.eigvalsh(inv @ cov @ inv.T)
+    return float(ev.min()), float(ev.max())
+
+
+def start_point(model: Any, init: dict[str, Any]) -> np.ndarray:
+    """The unconstrained start of ``sample(..., init=...)`` with only some parameters given: the
+    others where the default start (zeros unconstrained) puts them."""
+    values = model.constrain(np.zeros(int(model.dim)))
+    unknown = set(init) - set(values)
+    if unknown:
+        raise ValueError(f"--init names no parameter of the model: {sorted(unknown)}")
+    return np.asarray(model.unconstrain(values | {k: np.asarray(v, dtype=float) for k, v in init.items()}))
+
+
+def run(model: Any, draws: np.ndarray, epsilon: float, delta: float, seed: int,
+        settings: AdaptationSettings, start: np.ndarray | None = None) -> dict[str, Any]:
+    """One private adaptation as ``stan_dp.sample(..., seed=seed)`` runs it, against the reference.
+
+    ``start``: where the search starts (unconstrained); default zeros, as
+    ``sample`` without ``init=``.
+    """
+    n, d = int(model.n_rows), int(model.dim)
+    method = choose_method(n, d, epsilon, delta, "replace_one", settings)
+    share = 1.0 if method == "gaussian" else MCMC_ADAPTATION_SHARE
+    trace: list[dict[str, Any]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adapted = _adapt(model, epsilon=epsilon, delta=delta, share=share, seed=seed,
+                         relation="replace_one", public_n=None,
+                         start=np.zeros(d) if start is None else start, settings=settings,
+                         trace=trace)
+    result = adapted.result
+    mean, cov = draws.mean(axis=0), np.atleast_2d(np.cov(draws.T))
+    sd = np.sqrt(np.diag(cov))
+    err = np.abs(result.mode - mean) / sd
+    err = np.where(np.isfinite(err), err, np.inf)
+    newton = [t for t in trace if "frame" in t]
+    out = {"worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
+           "rounds": len(newton), "method": method}
+    if newton:
+        blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
+        _, first_max = frame_eigenvalues(newton[0]["frame"], cov)
+        last_min, last_max = frame_eigenvalues(newton[-1]["frame"], cov)
+        out |= {"start": float(np.max(np.abs(newton[0]["theta"] - mean) / sd)), "frame0": first_max,
+                "frame_end": last_max, "frame_end_min": last_min, "blind": int(sum(blind)),
+                "pooled": int(newton[-1]["pooled"])}
+    return out
+
+
+def compare(file_a: str, file_b: str) -> None:
+    """Pair two ``--out`` files run by run and print the summary of B against A."""
+    def load(path: str) -> dict[tuple[str, ...], float]:
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        return {(r["model"], str(r["n"]), str(r["epsilon"]), str(r["data_seed"]), str(r["seed"])): r["worst"]
+                for r in rows}
+    a, b = load(file_a), load(file_b)
+    for model in sorted({k[0] for k in a} & {k[0] for k in b}):
+        keys = sorted(k for k in set(a) & set(b) if k[0] == model)
+        x = np.array([a[k] for k in keys])
+        y = np.array([b[k] for k in keys])
+        ratio = np.log(np.maximum(y, 1e-3) / np.maximum(x, 1e-3))
+        ratio = np.where(np.isfinite(ratio), ratio, 0.0)
+        p = stats.wilcoxon(ratio).pvalue if np.any(ratio != 0.0) else 1.0
+        print(f"{model:15s} runs {len(keys):3d}  median {np.median(x):8.3g} -> {np.median(y):8.3g}  "
+              f"max {x.max():9.3g} -> {y.max():9.3g}  geometric mean ratio {np.exp(ratio.mean()):.3f} "
+              f"(p = {p:.3f}; {int(np.sum(np.isclose(x, y)))} runs the same)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=["gamma", "weibull", "earnings", "ordered"],
+                    choices=[*published_models.MODELS, *GLMS])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--delta", type=float, default=1e-5)
+    ap.add_argument("--data-seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--noise-seeds", nargs="+", type=int, default=list(range(11, 23)))
+    ap.add_argument("--set", default="{}", help="JSON object of AdaptationSettings fields to override")
+    ap.add_argument("--out", help="write one JSON line per run here (for --compare)")
+    ap.add_argument("--cache", help="directory keeping the references' unconstrained draws")
+    ap.add_argument("--oracle-start", action="store_true",
+                    help="start at the reference mean (NOT private: what a start there is worth)")
+    ap.add_argument("--init", default=None,
+                    help="JSON object of constrained start values, as a user's data-independent "
+                         "init= (the rest where the default start puts them)")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="pair two --out files and stop")
+    args = ap.parse_args(argv)
+    if args.compare:
+        compare(*args.compare)
+        return
+    settings = AdaptationSettings()._replace(**json.loads(args.set))
+    workdir = Path(tempfile.mkdtemp())
+    cache = None if args.cache is None else Path(args.cache)
+    lines = []
+    print("model           n     eps  data seed  worst (coord) settled start   frame0   frame_end "
+          "(min)   blind/rounds pooled")
+    for name in args.models:
+        for data_seed in args.data_seeds:
+            model, draws = model_and_reference(name, args.n, data_seed, workdir, cache)
+            for seed in args.noise_seeds:
+                start = (draws.mean(axis=0) if args.oracle_start
+                         else None if args.init is None else start_point(model, json.loads(args.init)))
+                r = run(model, draws, args.epsilon, args.delta, seed, settings, start)
+                print(f"{name:15s} {args.n:<5d} {args.epsilon:<4g} {data_seed:<4d} {seed:<4d} "
+                      f"{r['worst']:8.3g} ({r['coordinate']}) {str(r['settled']):5s} "
+                      f"{r.get('start', np.nan):7.3g} {r.get('frame0', np.nan):8.3g} "
+                      f"{r.get('frame_end', np.nan):9.3g} ({r.get('frame_end_min', np.nan):.2g}) "
+                      f"{r.get('blind', 0)}/{r['rounds']:<3d} {r.get('pooled', 0)}", flush=True)
+                lines.append(json.dumps({"model": name, "n": args.n, "epsilon": args.epsilon,
+                                         "data_seed": data_seed, "seed": seed, **r}))
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
