@@ -129,7 +129,7 @@ def run(model: Any, draws: np.ndarray, epsilon: float, delta: float, seed: int,
     ``sample`` without ``init=``.
     """
     n, d = int(model.n_rows), int(model.dim)
-    method = choose_method(n, d, epsilon, delta, "replace_one", settings)
+    method = choose_method(n, d, epsilon, delta, "replace_one")   # as sample() picks it
     share = 1.0 if method == "gaussian" else MCMC_ADAPTATION_SHARE
     trace: list[dict[str, Any]] = []
     with warnings.catch_warnings():

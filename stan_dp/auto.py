@@ -290,14 +290,16 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
                    "of rounds before the mode along these, so the result is not where the "
                    "posterior is — typically it started far from the posterior (the default "
                    "init, zeros unconstrained, puts a positive parameter at 1: a data-independent "
-                   "init= on the scale you expect helps most, e.g. a scale parameter near the "
-                   "spread you expect of your outcome), or the budget is small for this many rows")
+                   "init= on the scale you expect can help, e.g. a scale parameter near the "
+                   "spread you expect of your outcome or a log-link intercept near the log of the "
+                   "outcome's level, though a guess a unit off is still many posterior sds away at "
+                   "a small budget), or the budget is small for this many rows")
         if pulled:
             walking += (f"; the released gradient still pulled it one way along {', '.join(pulled)} "
                         f"(beyond {PULL_SDS:g} noise sds the same way in each of its last "
                         f"{MOVING_WINDOW} rounds, 'up' meaning larger unconstrained values): the mode "
                         "is farther that way than the search got — a data-independent init= on the "
-                        "scale you expect for these helps most")
+                        "scale you expect for these can help")
         emit(["the private mode search did not settle (its last steps were still large or went "
               f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
               "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
