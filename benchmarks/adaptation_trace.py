@@ -32,10 +32,10 @@ the standardised one mapped, as there).
 ``--set '{"hessian_share": 0.05}'`` overrides ``AdaptationSettings`` fields
 (an experiment), ``--oracle-start`` starts the search at the reference mean
 (not private: what a start at the posterior is worth), ``--init '{"b0": 6.9}'``
-starts it where a user's data-independent ``init=`` would; ``--out FILE`` writes one line per run, and ``--compare A B``
-pairs two such files run by run (same data and noise seeds): median and
-largest worst error, the geometric mean of the ratio B / A and a Wilcoxon
-signed-rank p-value.  Measured figures: docs/adaptation.md §7.
+starts it where a user's data-independent ``init=`` would; ``--out FILE``
+writes one line per run, and ``--compare A B`` pairs two such files run by
+run (same data and noise seeds): median and largest worst error, the
+geometric mean of the ratio B / A and a Wilcoxon signed-rank p-value.  Measured figures: docs/adaptation.md §7.
 
 Usage: ``python benchmarks/adaptation_trace.py [--models gamma weibull ...] [--n 1000]
 [--epsilon 1] [--data-seeds 0 1] [--noise-seeds 11 ... 22] [--set JSON] [--out FILE]
