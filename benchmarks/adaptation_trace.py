@@ -35,7 +35,8 @@ the standardised one mapped, as there).
 starts it where a user's data-independent ``init=`` would; ``--out FILE``
 writes one line per run, and ``--compare A B`` pairs two such files run by
 run (same data and noise seeds): median and largest worst error, the
-geometric mean of the ratio B / A and a Wilcoxon signed-rank p-value.  Measured figures: docs/adaptation.md §7.
+geometric mean of the ratio B / A and a Wilcoxon signed-rank p-value.
+Measured figures: docs/adaptation.md §7.
 
 Usage: ``python benchmarks/adaptation_trace.py [--models gamma weibull ...] [--n 1000]
 [--epsilon 1] [--data-seeds 0 1] [--noise-seeds 11 ... 22] [--set JSON] [--out FILE]
@@ -121,9 +122,10 @@ def start_point(model: Any, init: dict[str, Any]) -> np.ndarray:
     return np.asarray(model.unconstrain(values | {k: np.asarray(v, dtype=float) for k, v in init.items()}))
 
 
-def run(model: Any, draws: np.ndarray, epsilon: float, delta: float, seed: int,
+def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: float, seed: int,
         settings: AdaptationSettings, start: np.ndarray | None = None) -> dict[str, Any]:
-    """One private adaptation as ``stan_dp.sample(..., seed=seed)`` runs it, against the reference.
+    """One private adaptation as ``stan_dp.sample(..., seed=seed)`` runs it, against the reference
+    (``mean`` and ``cov`` of its unconstrained draws).
 
     ``start``: where the search starts (unconstrained); default zeros, as
     ``sample`` without ``init=``.
@@ -139,7 +141,6 @@ def run(model: Any, draws: np.ndarray, epsilon: float, delta: float, seed: int,
                          start=np.zeros(d) if start is None else start, settings=settings,
                          trace=trace)
     result = adapted.result
-    mean, cov = draws.mean(axis=0), np.atleast_2d(np.cov(draws.T))
     sd = np.sqrt(np.diag(cov))
     err = np.abs(result.mode - mean) / sd
     err = np.where(np.isfinite(err), err, np.inf)
@@ -206,10 +207,11 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.models:
         for data_seed in args.data_seeds:
             model, draws = model_and_reference(name, args.n, data_seed, workdir, cache)
+            mean, cov = draws.mean(axis=0), np.atleast_2d(np.cov(draws.T))
+            start = (mean if args.oracle_start
+                     else None if args.init is None else start_point(model, json.loads(args.init)))
             for seed in args.noise_seeds:
-                start = (draws.mean(axis=0) if args.oracle_start
-                         else None if args.init is None else start_point(model, json.loads(args.init)))
-                r = run(model, draws, args.epsilon, args.delta, seed, settings, start)
+                r = run(model, mean, cov, args.epsilon, args.delta, seed, settings, start)
                 print(f"{name:15s} {args.n:<5d} {args.epsilon:<4g} {data_seed:<4d} {seed:<4d} "
                       f"{r['worst']:8.3g} ({r['coordinate']}) {str(r['settled']):5s} "
                       f"{r.get('start', np.nan):7.3g} {r.get('frame0', np.nan):8.3g} "
