@@ -24,6 +24,15 @@ prints
 * ``pooled`` and ``settled``: the pool's size after the last round and
   whether the search settled.
 
+With ``--rounds`` it also prints every Newton round: how far its point was
+(worst coordinate, reference sds), its released gradient in its frame in
+noise sds (data part plus the exact prior, as the round used it), the same
+from the exact, unclipped rows without noise (NOT private: what the round
+could have seen), its largest frame eigenvalue of the reference covariance
+and the pool's size: a round whose exact gradient is within a few noise sds
+cannot tell it is far (docs/adaptation.md §7, "Why the rounds crawl where
+the frame is narrow").
+
 Models: those of ``benchmarks/published_models.py`` by name, and the utility
 table's GLMs as ``logistic-std``, ``logistic-unstd``, ``poisson-std``,
 ``poisson-unstd`` (``benchmarks/utility.py``; the unstandardised reference is
@@ -40,7 +49,7 @@ Measured figures: docs/adaptation.md §7.
 
 Usage: ``python benchmarks/adaptation_trace.py [--models gamma weibull ...] [--n 1000]
 [--epsilon 1] [--data-seeds 0 1] [--noise-seeds 11 ... 22] [--set JSON] [--out FILE]
-[--cache DIR]`` or ``python benchmarks/adaptation_trace.py --compare A B``.
+[--cache DIR] [--rounds]`` or ``python benchmarks/adaptation_trace.py --compare A B``.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ import utility  # noqa: E402
 import stan_dp  # noqa: E402
 from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
 from stan_dp.auto import MCMC_ADAPTATION_SHARE, _adapt, choose_method  # noqa: E402
+from stan_dp.density import prior_gradient  # noqa: E402
 from stan_dp.information_floor import unconstrained_draws  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,13 +132,37 @@ def start_point(model: Any, init: dict[str, Any]) -> np.ndarray:
     return np.asarray(model.unconstrain(values | {k: np.asarray(v, dtype=float) for k, v in init.items()}))
 
 
+def exact_gradient(model: Any, theta: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """The log density's gradient at ``theta`` in ``frame`` (``A' grad``), from the raw rows without
+    clipping or noise plus the exact prior (NOT private: a yardstick for a round's release)."""
+    _, grads = model.row_log_lik_grad(theta)
+    _, pg = prior_gradient(model, theta)
+    total = np.asarray(grads, dtype=float).reshape(-1, theta.size).sum(axis=0)
+    return frame.T @ (total + np.where(np.isfinite(pg), pg, 0.0))
+
+
+def print_rounds(model: Any, trace: list[dict[str, Any]], mean: np.ndarray, cov: np.ndarray) -> None:
+    """One line per Newton round of ``trace``: distance, released and exact gradient in noise sds
+    (frame axes), the frame's largest eigenvalue of ``cov``, the pool's size."""
+    sd = np.sqrt(np.diag(cov))
+    with np.printoptions(precision=2, suppress=True, linewidth=160):
+        for k, t in enumerate(x for x in trace if "frame" in x):
+            dist = float(np.max(np.abs(t["theta"] - mean) / sd))
+            exact = exact_gradient(model, t["theta"], t["frame"]) / t["grad_sd"]
+            _, largest = frame_eigenvalues(t["frame"], cov)
+            print(f"    round {k}: {dist:7.3g} sds off  released {t['grad'] / t['grad_sd']}  "
+                  f"exact {exact}  frame eigenvalue {largest:.3g}  pooled {t['pooled']}")
+
+
 def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: float, seed: int,
-        settings: AdaptationSettings, start: np.ndarray | None = None) -> dict[str, Any]:
+        settings: AdaptationSettings, start: np.ndarray | None = None,
+        rounds: bool = False) -> dict[str, Any]:
     """One private adaptation as ``stan_dp.sample(..., seed=seed)`` runs it, against the reference
     (``mean`` and ``cov`` of its unconstrained draws).
 
     ``start``: where the search starts (unconstrained); default zeros, as
-    ``sample`` without ``init=``.
+    ``sample`` without ``init=``.  ``rounds``: print every Newton round
+    (:func:`print_rounds`).
     """
     n, d = int(model.n_rows), int(model.dim)
     method = choose_method(n, d, epsilon, delta, "replace_one")   # as sample() picks it
@@ -141,6 +175,8 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
                          start=np.zeros(d) if start is None else start, settings=settings,
                          trace=trace)
     result = adapted.result
+    if rounds:
+        print_rounds(model, trace, mean, cov)
     sd = np.sqrt(np.diag(cov))
     err = np.abs(result.mode - mean) / sd
     err = np.where(np.isfinite(err), err, np.inf)
@@ -193,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--init", default=None,
                     help="JSON object of constrained start values, as a user's data-independent "
                          "init= (the rest where the default start puts them)")
+    ap.add_argument("--rounds", action="store_true",
+                    help="print every Newton round against the exact rows (NOT private)")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="pair two --out files and stop")
     args = ap.parse_args(argv)
     if args.compare:
@@ -211,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
             start = (mean if args.oracle_start
                      else None if args.init is None else start_point(model, json.loads(args.init)))
             for seed in args.noise_seeds:
-                r = run(model, mean, cov, args.epsilon, args.delta, seed, settings, start)
+                r = run(model, mean, cov, args.epsilon, args.delta, seed, settings, start, args.rounds)
                 print(f"{name:15s} {args.n:<5d} {args.epsilon:<4g} {data_seed:<4d} {seed:<4d} "
                       f"{r['worst']:8.3g} ({r['coordinate']}) {str(r['settled']):5s} "
                       f"{r.get('start', np.nan):7.3g} {r.get('frame0', np.nan):8.3g} "
