@@ -141,12 +141,13 @@ def exact_gradient(model: Any, theta: np.ndarray, frame: np.ndarray) -> np.ndarr
     return frame.T @ (total + np.where(np.isfinite(pg), pg, 0.0))
 
 
-def print_rounds(model: Any, trace: list[dict[str, Any]], mean: np.ndarray, cov: np.ndarray) -> None:
-    """One line per Newton round of ``trace``: distance, released and exact gradient in noise sds
-    (frame axes), the frame's largest eigenvalue of ``cov``, the pool's size."""
-    sd = np.sqrt(np.diag(cov))
+def print_rounds(model: Any, newton: list[dict[str, Any]], mean: np.ndarray, cov: np.ndarray,
+                 sd: np.ndarray) -> None:
+    """One line per Newton round (``newton``: the trace's Newton rounds): distance in ``sd`` units,
+    released and exact gradient in noise sds (frame axes), the frame's largest eigenvalue of
+    ``cov``, the pool's size."""
     with np.printoptions(precision=2, suppress=True, linewidth=160):
-        for k, t in enumerate(x for x in trace if "frame" in x):
+        for k, t in enumerate(newton):
             dist = float(np.max(np.abs(t["theta"] - mean) / sd))
             exact = exact_gradient(model, t["theta"], t["frame"]) / t["grad_sd"]
             _, largest = frame_eigenvalues(t["frame"], cov)
@@ -175,12 +176,12 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
                          start=np.zeros(d) if start is None else start, settings=settings,
                          trace=trace)
     result = adapted.result
-    if rounds:
-        print_rounds(model, trace, mean, cov)
     sd = np.sqrt(np.diag(cov))
+    newton = [t for t in trace if "frame" in t]
+    if rounds:
+        print_rounds(model, newton, mean, cov, sd)
     err = np.abs(result.mode - mean) / sd
     err = np.where(np.isfinite(err), err, np.inf)
-    newton = [t for t in trace if "frame" in t]
     out = {"worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
            "rounds": len(newton), "method": method}
     if newton:
