@@ -52,7 +52,35 @@ from stan_dp.density import prior_gradient  # noqa: E402
 
 def ideal_errors(model: Any, draws: np.ndarray, epsilon: float, delta: float, kappas: list[float],
                  n_draws: int, seed: int, relation: str = "replace_one") -> dict[str, Any]:
-    """Floor, target, the mode's offset and, per ``kappa``, the ideal release's worst errors."""
+    """Floor, target, the mode's offset and, per ``kappa``, the ideal release's worst errors.
+
+    Parameters
+    ----------
+    model : RowModel
+        The model with its data (its raw rows are read: NOT private).
+    draws : ndarray, shape (draws, dim)
+        The reference fit's unconstrained draws.
+    epsilon, delta : float
+        The budget the release spends whole.
+    kappas : list of float
+        Clip bounds as multiples of the actual ``C_w`` (the 90th percentile of the whitened
+        per-row score norms at the reference mean).
+    n_draws : int
+        Noise draws per ``kappa`` (the same draws for every ``kappa``).
+    seed : int
+        Seed of the noise draws.
+    relation : str
+        Neighbouring relation (its sensitivity factor ``k``).
+
+    Returns
+    -------
+    dict
+        ``floor`` (``k C_w / mu``), ``target`` (``max(3 floor, 0.5)``), ``offset`` (the worst
+        coordinate's distance from the mean to the exact one-step mode, posterior sds) and
+        ``kappas``: per ``kappa`` its noiseless worst error (``bias``), the median worst error
+        over the noise draws, the fraction of them within the target (``met``) and the fraction
+        of rows clipped.
+    """
     mean = draws.mean(axis=0)
     cov = np.atleast_2d(np.cov(draws.T))
     lam, q = np.linalg.eigh(0.5 * (cov + cov.T))
