@@ -48,6 +48,7 @@ import adaptation_trace  # noqa: E402  (a sibling script: the models and their r
 from stan_dp.accounting import sensitivity_factor  # noqa: E402
 from stan_dp.adaptation.forecast import gdp_mu  # noqa: E402
 from stan_dp.density import prior_gradient  # noqa: E402
+from stan_dp.information_floor import whitened_scores  # noqa: E402
 
 
 def ideal_errors(model: Any, draws: np.ndarray, epsilon: float, delta: float, kappas: list[float],
@@ -81,13 +82,8 @@ def ideal_errors(model: Any, draws: np.ndarray, epsilon: float, delta: float, ka
         over the noise draws, the fraction of them within the target (``met``) and the fraction
         of rows clipped.
     """
-    mean = draws.mean(axis=0)
-    cov = np.atleast_2d(np.cov(draws.T))
-    lam, q = np.linalg.eigh(0.5 * (cov + cov.T))
-    root = (q * np.sqrt(np.maximum(lam, 0.0))) @ q.T
-    sd = np.sqrt(np.diag(cov))
-    _, grads = model.row_log_lik_grad(mean)
-    whitened = np.nan_to_num(np.asarray(grads, dtype=float).reshape(-1, mean.size)) @ root
+    mean, root, whitened = whitened_scores(model, draws)
+    sd = np.sqrt(np.diag(np.atleast_2d(np.cov(draws.T))))
     norms = np.linalg.norm(whitened, axis=1)
     c_w = float(np.quantile(norms, 0.9))
     k = sensitivity_factor(relation)

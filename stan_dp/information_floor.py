@@ -22,7 +22,7 @@ import numpy as np
 from stan_dp.accounting import sensitivity_factor
 from stan_dp.adaptation.forecast import gdp_mu
 
-__all__ = ["unconstrained_draws", "information_floor"]
+__all__ = ["unconstrained_draws", "whitened_scores", "information_floor"]
 
 
 def unconstrained_draws(model: Any, reference: Any) -> np.ndarray:
@@ -50,11 +50,35 @@ def information_floor(model: Any, reference: Any, epsilon: float, delta: float,
     relation : str
         Neighbouring relation.
     """
-    unc = unconstrained_draws(model, reference)
-    cov = np.atleast_2d(np.cov(unc.T))
+    _, _, whitened = whitened_scores(model, unconstrained_draws(model, reference))
+    norms = np.linalg.norm(whitened, axis=1)
+    return float(sensitivity_factor(relation) * np.quantile(norms, 0.9) / gdp_mu(epsilon, delta))
+
+
+def whitened_scores(model: Any, draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-row scores at the draws' mean in their covariance's own frame.  NOT private.
+
+    Parameters
+    ----------
+    model : RowModel
+        The model with its data (its rows are read).
+    draws : ndarray, shape (draws, dim)
+        Unconstrained draws of a non-private fit (:func:`unconstrained_draws`).
+
+    Returns
+    -------
+    mean : ndarray, shape (dim,)
+        The draws' mean, where the scores are taken.
+    root : ndarray, shape (dim, dim)
+        ``Sigma^{1/2}``, the symmetric root of the draws' covariance.
+    whitened : ndarray, shape (n_rows, dim)
+        Rows ``(Sigma^{1/2} grad loglik_i)'`` (non-finite gradient entries as 0).
+    """
+    mean = draws.mean(axis=0)
+    cov = np.atleast_2d(np.cov(draws.T))
     lam, q = np.linalg.eigh(0.5 * (cov + cov.T))
     root = (q * np.sqrt(np.maximum(lam, 0.0))) @ q.T
-    _, grads = model.row_log_lik_grad(unc.mean(axis=0))
+    _, grads = model.row_log_lik_grad(mean)
     with np.errstate(all="ignore"):
-        norms = np.linalg.norm(np.nan_to_num(np.asarray(grads, dtype=float)) @ root, axis=1)
-    return float(sensitivity_factor(relation) * np.quantile(norms, 0.9) / gdp_mu(epsilon, delta))
+        whitened = np.nan_to_num(np.asarray(grads, dtype=float).reshape(-1, mean.size)) @ root
+    return mean, root, whitened
