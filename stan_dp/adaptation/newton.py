@@ -63,7 +63,8 @@ Steps (every data access a Gaussian release written to the ledger):
    metric leave the pool.  Where that left at most half of the last run of
    near rounds in the pool (rounds far from it by their noise alone), the
    others within their noise's reach of its estimate come back unless
-   Hausman's test says they disagree with it (:func:`_final_rounds`).  The
+   Hausman's test says they disagree with it, or they disagree among
+   themselves beyond their noise (:func:`_final_rounds`).  The
    final pool gives the mode, the covariance (inverse pooled curvature) and
    the noise covariance.  The search has
    *settled* when at least two rounds are pooled and the pooled curvature is
