@@ -7,9 +7,11 @@ test says the search's own estimate is farther from theirs than its noise explai
 here: Hausman's lemma (the covariance of ``a - b`` is ``V_a - V_b``) and the statistic's
 chi-squared law against Monte Carlo draws of synthetic rounds whose gradients are exactly linear
 plus their stated noise; the choice on stationary rounds (all come back), on a search that crept
-along a ridge (none does), beside a pool holding most of the streak (none does) and on rounds gone
-to infinity (no raise); and end to end on a D = 10 logistic regression at 1,000 rows, epsilon = 1,
-against its exact posterior mode.
+along a ridge (none does), beside a pool holding most of the streak (none does), on rounds that
+disagree among themselves beyond their noise where Hausman's test cannot see it (none does) and
+on rounds gone to infinity (no raise); and end to end on a D = 10 logistic regression at 1,000
+rows, epsilon = 1, against its exact posterior mode, and on a Stan regression on an uncentred
+predictor whose scattered rounds must not come back, against its exact posterior.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from scipy import optimize, stats
 
 import densities
 import stan_dp
+from conftest import stan_test_model
 from stan_dp.adaptation import newton, pooling
 
 D, K = 3, 8
@@ -236,8 +239,6 @@ def test_a_regression_on_an_uncentred_predictor_keeps_its_search_pool(compiled, 
     rounds could not resolve along the ridge, ran from 143 sds on one side to 33 on the other, and
     pooling all of them ended 29-32 sds off (measured).  Their disagreement keeps the search's pool:
     3.5-4.2 sds off, within the released noise plus clipping bias the run reports (1.5 + 1.5)."""
-    from conftest import stan_test_model
-
     path = compiled(stan_test_model("scale_flat"))
     n = 2000
 
