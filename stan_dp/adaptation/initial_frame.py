@@ -55,6 +55,30 @@ rows at epsilon = 4, 10,000 rows) the NumPy cells turned as before, draw for dra
 released eigenvalues fell between 0.25 and ``0.25 + tau_G``."""
 
 
+INDEFINITE_STRETCH = 100.0
+""":func:`_oriented_frame` does not widen the frame along a turned direction whose released
+eigenvalue is negative beyond the noise's spectral norm (``lambda_k < -||E||``, the group's
+``noise_norm``) where its direction count would widen it more than this many times: the rows are
+indefinite along it (a start far from the mode, where a scale parameter's rows are not
+positive-definite), not a ridge, and the direction count's quantile of their curvature finds ~0
+there.  An `earnings`-like regression at 500 rows, epsilon = 1 (height around 66, a scale at 1
+at the start) turned a block ``(a, b_height, log sigma)`` read at -0.80 against a noise norm of
+0.58, its direction count came out 10 decades below the others' and the stretch 1.8e5: the
+intercept's frame sd was 424 against a posterior sd of 0.82, the first Newton round moved it by
+-24,170 and ``log sigma`` by -747, and the fit ended 5,736 and 35,384 sds off (Stan, two data
+sets); with the stretch held to 1, 10.6 and 9.6.  A ridge's rows are positive semi-definite, so
+its direction count is not that low: in good runs the stretches were at most 16 (`earnings`), 52
+(Weibull) and 3.9 (heteroscedastic normal), and a Poisson GLM (positive-definite rows) whose
+reading fell below ``-||E||`` by noise (2 of 12 runs at 1,000 rows, epsilon = 1) is stretched less
+than 100-fold and keeps it.  Paired runs (docs/adaptation.md §3, "Indefinite directions are not
+widened"): 3 of 24 Stan `earnings` runs at 500 rows changed (5,736 -> 10.6, 35,384 -> 9.6,
+157 -> 69), 1 of 24 of its NumPy twin (309 -> 14.6) and 2 of 120 NumPy regressions on a predictor
+around 170 at 434-2,000 rows (62.6 -> 57.0, 189 -> 52.4); none of 120 runs of `radon`, the
+Student-t regression, gamma, `hetero` and `roaches` at 500-1,000 rows, and none of 624 runs of
+13 models at 1,000 rows (epsilon 1 and 4) nor 48 of the GLMs in metres at 10^4 rows, which did not
+change even with every stretch capped at 100 (a superset of this rule's changes)."""
+
+
 def unit_diagonal(m: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``R = D^-1/2 M D^-1/2`` of a :func:`clipped_matrix_sum` release and its entries' noise sd.
 
@@ -168,6 +192,10 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     # on it first, this one takes its tail of all n rows and finds ~0 for a coordinate few rows
     # touch (an ordered logit's top cut point: stretched 1,350-fold, the search 240 units off).
     stretch = np.where(ridged, stretch, 1.0)
+    # ... nor one the release reads as the indefinite rows of a far start (INDEFINITE_STRETCH)
+    if ridged.any():
+        indefinite = ridged & (ridges.eigenvalues < -ridges.noise_norm) & (stretch > INDEFINITE_STRETCH)
+        stretch = np.where(indefinite, 1.0, stretch)
     out = frame.copy()
     out[:, idx] = b * stretch
     return out, turned
