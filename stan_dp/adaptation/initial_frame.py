@@ -137,7 +137,8 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        turned direction its scale: the new frame's columns are
        ``b_k / sqrt(c_k)`` (``c_k`` the mean curvature the quantile implies,
        as in the initial scale); an axis (no turned group) keeps the initial
-       scale.  When the frame is not turned the quantiles are released all
+       scale, and so does a direction the release reads as indefinite that
+       the count would widen beyond :data:`INDEFINITE_STRETCH`.  When the frame is not turned the quantiles are released all
        the same (the plan does not depend on the data) and the initial frame
        is kept.
 
