@@ -83,7 +83,7 @@ def ideal_errors(model: Any, draws: np.ndarray, epsilon: float, delta: float, ka
         of rows clipped.
     """
     mean, root, whitened = whitened_scores(model, draws)
-    sd = np.sqrt(np.diag(np.atleast_2d(np.cov(draws.T))))
+    sd = np.sqrt(np.diag(root @ root))   # root @ root is the draws' covariance
     norms = np.linalg.norm(whitened, axis=1)
     c_w = float(np.quantile(norms, 0.9))
     k = sensitivity_factor(relation)

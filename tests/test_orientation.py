@@ -28,6 +28,7 @@ from stan_dp.adaptation.plan import (AdaptationSettings, HESSIAN_SHARE, ORIENT_N
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
+from densities import NormalRegression
 from test_auto import Logistic
 
 ORIENT = AdaptationSettings(orient=True)    # forced (the default decides from public facts)
@@ -287,8 +288,6 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
     direction count found ~0 curvature there.  Widened as the count said, the fit ended 309
     posterior sds off (measured); not widened (``INDEFINITE_STRETCH``), within 30 (measured
     14.6: a warned, unsettled fit at this budget)."""
-    from densities import NormalRegression
-
     n, seed = 500, 17
     rng = np.random.default_rng(seed)
     male = rng.binomial(1, 0.4, n).astype(float)

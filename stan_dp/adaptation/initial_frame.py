@@ -193,10 +193,10 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     # on it first, this one takes its tail of all n rows and finds ~0 for a coordinate few rows
     # touch (an ordered logit's top cut point: stretched 1,350-fold, the search 240 units off).
     stretch = np.where(ridged, stretch, 1.0)
-    # ... nor one the release reads as the indefinite rows of a far start (INDEFINITE_STRETCH)
-    if ridged.any():
-        indefinite = ridged & (ridges.eigenvalues < -ridges.noise_norm) & (stretch > INDEFINITE_STRETCH)
-        stretch = np.where(indefinite, 1.0, stretch)
+    # ... nor one the release reads as the indefinite rows of a far start (INDEFINITE_STRETCH;
+    # turned: some group was ridged, so ``ridges`` exists)
+    indefinite = ridged & (ridges.eigenvalues < -ridges.noise_norm) & (stretch > INDEFINITE_STRETCH)
+    stretch = np.where(indefinite, 1.0, stretch)
     out = frame.copy()
     out[:, idx] = b * stretch
     return out, turned
