@@ -72,10 +72,9 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(monkeypatch)
     # share (0.10 here) the frames are mostly right: 3 and 1 runs with sigma out of range, 1 and 0
     # beyond 1e3 (median 14 -> 12).  The far phase is left out, as it was here before
     # planned_far_share raised its share for such a cell (0.19): it brings sigma in first, so that
-    # without the cap no run went out of range.  So is the cap on a sparse coordinate's initial
-    # scale (initial_frame.SPARSE_SDS), which keeps ``male`` from scale 1 where its count is beyond
-    # 2 noise sds (without the gain cap 1 run out of range, not 3).
-    monkeypatch.setattr(initial_frame, "SPARSE_SDS", math.inf)
+    # without the cap no run went out of range.  So is the cap on the initial scale of a coordinate
+    # at the floor (initial_frame._held_to_widest_measured), which keeps ``male`` from scale 1.
+    monkeypatch.setattr(initial_frame, "_held_to_widest_measured", lambda scale, at_floor, measured: scale)
     sigma_ratio, worst = {}, {}
     for gain in (math.inf, 100.0):
         ratios, errors = [], []

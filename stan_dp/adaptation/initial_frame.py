@@ -33,10 +33,6 @@ count of depending rows is beyond this many noise sds."""
 DEPENDING_LOWER_SDS = 2.0
 """The initial scale's tail holds at most half of the released count of depending rows less this
 many noise sds (a lower bound on the rows that depend on the coordinate: :func:`_initial_scale`)."""
-SPARSE_SDS = 2.0
-"""A coordinate at the initial scale's floor whose released count of depending rows is beyond this
-many noise sds (rows surely depend on it, too few to measure its scale) is no wider than the
-widest coordinate measured (:func:`_initial_scale`)."""
 
 
 RIDGE_EIGENVALUE = 0.25
@@ -219,16 +215,25 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     The frame still divides by all ``n`` rows (as if every row depended on
     the coordinate), so for a sparse one it errs narrow, the safe side.  A
     coordinate whose count of depending rows is within
-    :data:`DEPENDING_SDS` noise sds of 0 is at the floor (scale 1), but one
-    beyond :data:`SPARSE_SDS` sds (rows surely depend on it, too few
-    to measure: a binary predictor at 25 %, an ordered logit's top cut point,
-    at 1,000 rows and epsilon = 1) at most the widest scale measured: scale 1
-    in the model's units was 13 times the posterior sd of the gamma GLM's
-    binary predictor (one round then moved it 4,500 posterior sds) and 12
-    times the cut point's in ``benchmarks/published_models.py``.  24 runs
-    each, median (max) worst error: gamma GLM 31 (1,250) -> 12 (153), ordered
-    logit 7.2 (12.5) -> 5.2 (9.8), ``roaches`` 15 (129) -> 14 (68); models
-    without such a coordinate are draw for draw the same.  The cap
+    :data:`DEPENDING_SDS` noise sds of 0 (or whose search ends at the
+    bottom of its range) is at the floor: no scale was found, and it gets 1
+    in the model's units but no more than the widest scale measured (the
+    narrow side: steps short, and an unresolved direction leaves the search
+    unsettled, which warns).  Scale 1 was 13 times the posterior sd of the
+    gamma GLM's binary predictor (one round then moved it 4,500 posterior
+    sds), 12 times an ordered logit's top cut point's, and 7-9 times the
+    county intercepts' of ``radon`` (46 rows each against a count noise sd
+    of 82), whose first rounds then sent its hierarchical scale to 1e-20 or
+    beyond.  The cap first held only coordinates whose count was beyond 2
+    noise sds (rows surely depend on them; 24 runs each at 1,000 rows,
+    epsilon = 1, median (max) worst error: gamma GLM 31 (1,250) -> 12 (153),
+    ordered logit 7.2 (12.5) -> 5.2 (9.8), ``roaches`` 15 (129) -> 14 (68));
+    a count within its noise of that says as little about the scale, and
+    every coordinate at the floor is held now (docs/adaptation.md §3, "A
+    coordinate with no scale found"): ``radon`` at 1,000 rows, epsilon = 4,
+    median 1.2e10 -> 23 sds, the gamma GLM at 500 rows, epsilon = 1, 79
+    (4,600) -> 59 (373).  Models without a coordinate at the floor are draw
+    for draw the same.  The cap
     at half is half of ``m_j - DEPENDING_LOWER_SDS`` noise sds, not of the
     released ``m_j``: a count high by noise put the target beyond the rows
     really there, and the search then found a threshold among the rows that
@@ -269,11 +274,13 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     # at most 7.9 before; with n, 2 of 64 beyond 20, as before)
     scale = 1.0 / np.sqrt(n_public * t / stats.chi2.ppf(1.0 - tail, 1))
     out = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
-    # A coordinate that surely has depending rows (count beyond SPARSE_SDS noise sds) but too few
-    # to measure its scale is no wider than the widest coordinate measured (the narrow side:
-    # steps short, and an unresolved direction leaves the search unsettled, which warns)
-    sparse = at_floor & (depending > SPARSE_SDS * count_sd)
-    measured = ~at_floor & np.isfinite(scale)
-    if sparse.any() and measured.any():
-        out = np.where(sparse, np.minimum(out, float(np.max(out[measured]))), out)
-    return out, at_floor
+    return _held_to_widest_measured(out, at_floor, ~at_floor & np.isfinite(scale)), at_floor
+
+
+def _held_to_widest_measured(scale: np.ndarray, at_floor: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """``scale`` with every coordinate at the floor (no scale found) no wider than the widest
+    coordinate ``measured`` (:func:`_initial_scale`: the narrow side, steps short, and an unresolved
+    direction leaves the search unsettled, which warns); unchanged where none was measured."""
+    if not (at_floor.any() and measured.any()):
+        return scale
+    return np.where(at_floor, np.minimum(scale, float(np.max(scale[measured]))), scale)
