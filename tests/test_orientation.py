@@ -22,9 +22,11 @@ from scipy import stats
 import stan_dp
 from stan_dp.adaptation import initial_frame, newton
 from stan_dp.adaptation.curvature import _orientation_rows
-from stan_dp.adaptation.plan import (AdaptationSettings, HESSIAN_SHARE, ORIENT_NOISE_TARGET, QUANTILE_SHARE,
-                                     adaptation_releases, noise_multipliers, orientation_detection_forecast,
-                                     orientation_noise_forecast, planned_settings, round_count)
+from stan_dp.adaptation import plan as plan_module
+from stan_dp.adaptation.plan import (AdaptationSettings, DIRECTION_GAP_SDS, DIRECTION_SHARE_MAX, HESSIAN_SHARE,
+                                     ORIENT_NOISE_TARGET, QUANTILE_SHARE, adaptation_releases, noise_multipliers,
+                                     orientation_detection_forecast, orientation_noise_forecast, planned_settings,
+                                     round_count)
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
@@ -248,10 +250,12 @@ def test_the_default_orients_only_where_the_public_forecast_resolves_the_release
         assert math.isclose(orientation_detection_forecast(default, n, dim, m), detect)
         assert planned.orient is on and bool(detect < 0.75) is on, (n, dim, eps, detect)
         assert planned.rounds == round_count(planned, n, dim, m)
-        if on:   # shares cut until the spectral forecast is at the target, never raised
+        if on:   # shares cut until the spectral forecast is at the target; the direction counts'
+            # share raised where its count noise needs it (planned_direction_share)
             cut = min(1.0, (forecast / ORIENT_NOISE_TARGET) ** 2)
             assert math.isclose(planned.orientation_share, default.orientation_share * cut)
-            assert math.isclose(planned.direction_share, default.direction_share * cut)
+            assert (math.isclose(planned.direction_share, default.direction_share * cut)
+                    or planned.direction_share > default.direction_share * cut)
             assert math.isclose(orientation_noise_forecast(planned, n, dim, m),
                                 max(forecast, ORIENT_NOISE_TARGET))
     # the run's plan follows: no orientation release where it is off
@@ -287,7 +291,9 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
     seed the orientation's release read that direction below minus its noise norm and its
     direction count found ~0 curvature there.  Widened as the count said, the fit ended 309
     posterior sds off (measured); not widened (``INDEFINITE_STRETCH``), within 30 (measured
-    14.6: a warned, unsettled fit at this budget)."""
+    14.6: a warned, unsettled fit at this budget).  The direction counts run at their former share
+    (0.03): at the share planned since (0.131 here, ``planned_direction_share``) this seed's count
+    no longer finds ~0 along that direction and both runs end 14.2 off."""
     n, seed = 500, 17
     rng = np.random.default_rng(seed)
     male = rng.binomial(1, 0.4, n).astype(float)
@@ -312,6 +318,7 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
         return out
 
     monkeypatch.setattr(initial_frame, "thresholded_ridges", spy)
+    monkeypatch.setattr(plan_module, "DIRECTION_GAP_SDS", 0.0)   # the former direction share
     new, turned = worst()
     monkeypatch.setattr(initial_frame, "INDEFINITE_STRETCH", math.inf)
     old, _ = worst()
@@ -319,3 +326,78 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
     lam, noise_norm = readings[0]
     assert lam < -noise_norm, readings                  # read as indefinite beyond its noise
     assert old > 100.0 and new < 30.0, (old, new)
+
+
+@pytest.mark.parametrize("n, dim, eps", [(500, 3, 1.0), (500, 4, 1.0), (1000, 3, 1.0), (1000, 4, 1.0),
+                                         (1000, 6, 1.0), (800, 6, 1.0), (434, 4, 4.0), (1000, 4, 4.0),
+                                         (2000, 3, 1.0), (10_000, 11, 1.0), (200, 3, 1.0)])
+def test_the_direction_counts_target_is_planned_off_both_ends_of_the_count(n, dim, eps):
+    """Where the direction counts' tail is forced to one half, their target (n / 2 rows) is at least
+    DIRECTION_GAP_SDS count-noise sds from 0 and from n: checked against the noise sd the count
+    releases will have (``z sqrt(dim)``, z from the plan's noise multipliers), the share raised no
+    more than that needs (equality where raised) and never above DIRECTION_SHARE_MAX."""
+    m = pld_mean_budget(eps, 1e-5)
+    planned = planned_settings(AdaptationSettings(), n, dim, m)
+    if not planned.orient:
+        return
+    count_sd = noise_multipliers(m, planned)["direction"] * math.sqrt(dim)
+    # the share the orientation's noise target alone gives (no raise)
+    cut = min(1.0, (orientation_noise_forecast(AdaptationSettings(), n, dim, m) / ORIENT_NOISE_TARGET) ** 2)
+    base = AdaptationSettings().direction_share * cut
+    assert planned.direction_share <= DIRECTION_SHARE_MAX
+    if planned.direction_share < DIRECTION_SHARE_MAX:
+        assert DIRECTION_GAP_SDS * count_sd <= 0.5 * n * (1 + 1e-9), (count_sd, n)
+    if planned.direction_share > base * (1 + 1e-12):   # raised: exactly to the gap, or to the cap
+        assert (math.isclose(DIRECTION_GAP_SDS * count_sd, 0.5 * n, rel_tol=1e-9)
+                or planned.direction_share == DIRECTION_SHARE_MAX)
+    else:
+        assert math.isclose(planned.direction_share, base)
+    # the accounted plan includes the raised share: its releases compose to the whole budget
+    releases = adaptation_releases(m, planned, n, dim)
+    assert math.isclose(sum(r.count / (2.0 * r.noise_multiplier**2) for r in releases), m, rel_tol=1e-9)
+
+
+def _wells_like(seed: int, n: int = 500) -> Logistic:
+    """``switched`` on a distance in metres (mean ~50, a long right tail) and arsenic levels."""
+    rng = np.random.default_rng(seed)
+    dist = rng.gamma(1.5, 33.0, n)
+    arsenic = 0.5 + rng.gamma(1.2, 1.1, n)
+    p = 1.0 / (1.0 + np.exp(-(-0.009 * dist + 0.46 * arsenic)))
+    return Logistic(np.column_stack([dist, arsenic]), rng.binomial(1, p))
+
+
+def test_a_false_direction_count_no_longer_widens_a_direction_by_decades(monkeypatch):
+    """A ``wells``-like logistic regression at 500 rows, epsilon = 1: with the direction counts at
+    their old share (count noise sd 129 rows against a target of 250) this seed's count read a
+    threshold decades below the rows' median, the oriented frame was hundreds of times the
+    posterior sd along one direction, and the fit ended far off; with the planned share (target
+    3.5 noise sds from both ends) the frame is within a few posterior sds and the fit near."""
+    model = _wells_like(13)
+    mode, cov = model.exact()
+    sd = np.sqrt(np.diag(cov))
+    frames = []
+    oriented = newton._oriented_frame
+
+    def recording(*args, **kwargs):
+        out = oriented(*args, **kwargs)
+        frames.append(out[0])
+        return out
+
+    monkeypatch.setattr(newton, "_oriented_frame", recording)
+
+    def fit_and_frame() -> tuple[float, float]:
+        frames.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=13, progress=False, chains=1, draws=100)
+        est = fit.posterior["b"].values.reshape(-1, model.dim).mean(axis=0)
+        (frame,) = frames
+        inv = np.linalg.inv(frame)
+        widest = 1.0 / np.sqrt(np.linalg.eigvalsh(inv @ cov @ inv.T).min())   # frame sd / posterior sd
+        return float(np.max(np.abs(est - mode) / sd)), float(widest)
+
+    worst, widest = fit_and_frame()
+    monkeypatch.setattr(plan_module, "DIRECTION_GAP_SDS", 0.0)   # the old share
+    old_worst, old_widest = fit_and_frame()
+    assert old_widest > 100.0 and old_worst > 50.0, (old_widest, old_worst)
+    assert widest < 10.0 and worst < 10.0, (widest, worst)

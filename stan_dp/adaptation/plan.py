@@ -26,7 +26,7 @@ from stan_dp.adaptation.ridge import entry_threshold
 __all__ = [
     "AdaptationSettings", "planned_settings", "noise_multipliers", "adaptation_releases",
     "rounds_share", "round_count", "clip_inflation", "clip_median_tail", "allowed_clipped_rows",
-    "planned_quantile_share", "scale_tail", "tail_rows", "orientation_noise_forecast",
+    "planned_quantile_share", "planned_direction_share", "scale_tail", "tail_rows", "orientation_noise_forecast",
     "orientation_detection_forecast", "curvature_noise_forecast",
 ]
 
@@ -101,6 +101,42 @@ def planned_quantile_share(n_public: int, dim: int, pld_mean: float, quantile_ro
     z_max = PLANNED_SCALE_TAIL * n_public / (SCALE_TAIL_SDS * math.sqrt(dim))
     need = quantile_rounds / (2.0 * pld_mean * z_max**2)
     return float(min(QUANTILE_SHARE_MAX, max(QUANTILE_SHARE, need)))
+
+
+DIRECTION_GAP_SDS = 3.5
+"""The orientation's direction counts (:func:`planned_direction_share`) get the share that puts
+their target (half of the rows, where the count noise forces the tail there) at least this many
+count-noise sds from both 0 and ``n``."""
+DIRECTION_SHARE_MAX = 0.15
+"""Largest share :func:`planned_direction_share` gives the direction counts."""
+
+
+def planned_direction_share(n_public: int, dim: int, pld_mean: float, quantile_rounds: int,
+                            share: float) -> float:
+    """Share of the adaptation budget for the orientation's direction counts, from public facts.
+
+    ``share``, raised (to at most :data:`DIRECTION_SHARE_MAX`) until the count noise sd
+    ``z sqrt(dim)`` (``z = sqrt(quantile_rounds / (2 share pld_mean))``, :func:`noise_multipliers`;
+    ``dim`` bounds the number of directions, the release's sensitivity) is at most ``n / 2`` over
+    :data:`DIRECTION_GAP_SDS`.
+
+    Why: the direction counts search a quantile of the per-row curvature along every turned
+    direction (:func:`~stan_dp.adaptation.initial_frame._oriented_frame`) by bisection over
+    ``2^-60 .. 2^60``, and where the rows are few their tail is forced to one half
+    (:func:`scale_tail`).  The first comparisons are at thresholds below or above every row,
+    where the count is ``n`` or 0, ``n / 2`` from the target; the bisection is monotone, so one
+    false comparison there sends the quantile decades off.  At 500 rows, epsilon = 1, d = 3 the
+    count noise sd was 129 rows against a target of 250 (1.9 sds: 2.6 % a comparison): in a
+    ``wells``-like logistic regression the count at ``2^-30`` (all 500 rows above) read below 250
+    in 3 of 64 runs, the direction was widened 993-fold (1,300 times the posterior sd along it)
+    and the runs ended 664 and 98 sds off.  With the target 3.5 noise sds from both ends (2e-4 a
+    comparison) the share is 0.098 there (0.131 at d = 4), 0.033-0.049 at 1,000 rows, epsilon = 1,
+    d = 4-6, and unchanged at 1,000 rows for d = 3, at epsilon = 4 from 434 rows and at 2,000 rows
+    (docs/adaptation.md §3, "Orientation": the paired runs).
+    """
+    gap_per_z = 2.0 * DIRECTION_GAP_SDS * math.sqrt(dim) / n_public   # 1 / z_max
+    need = quantile_rounds * gap_per_z**2 / (2.0 * pld_mean)
+    return float(min(DIRECTION_SHARE_MAX, max(share, need)))
 
 
 CLIP_MEDIAN_GAP_SDS = 3.5
@@ -190,7 +226,9 @@ class AdaptationSettings(NamedTuple):
     with ``orient=None`` cut where a smaller one suffices (:func:`planned_settings`)."""
     direction_share: float = 0.03
     """Share of the adaptation budget (PLD mean) for the private scales along the orientation's
-    directions (``quantile_rounds`` count releases); cut with ``orientation_share``."""
+    directions (``quantile_rounds`` count releases); with ``orient=None`` cut with
+    ``orientation_share``, and raised where the rows are few for the count noise
+    (:func:`planned_direction_share`)."""
     hessian_share: float | None = None
     """Share of each round's gradient and curvature budget for the curvature release.  ``None``:
     :data:`HESSIAN_SHARE`, cut by :func:`planned_settings` where less resolves the curvature."""
@@ -454,7 +492,8 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
     ``orientation_share`` and ``direction_share`` are scaled down until it is
     at the target (the noise goes like ``1 / sqrt(share)``): a larger budget
     or more rows need less of it to resolve ``R`` as well, and leave the rest
-    to the rounds.  Then
+    to the rounds; ``direction_share`` is then raised where the rows are few
+    for its count noise (:func:`planned_direction_share`).  Then
     ``rounds`` by :func:`round_count`.  ``hessian_share=None`` becomes
     :data:`HESSIAN_SHARE`, cut (to at least :data:`HESSIAN_SHARE_MIN`) where
     one round's curvature noise at the planned rounds is below
@@ -484,8 +523,9 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
         tau = orientation_noise_forecast(s, n_public, dim, pld_mean)
         f = min(1.0, (tau / ORIENT_NOISE_TARGET) ** 2)   # forecast noise at the target, no lower
         detect = orientation_detection_forecast(s, n_public, dim, pld_mean)
+        direction = planned_direction_share(n_public, dim, pld_mean, s.quantile_rounds, s.direction_share * f)
         s = s._replace(orient=detect < ORIENT_DETECT_LIMIT, orientation_share=s.orientation_share * f,
-                       direction_share=s.direction_share * f)
+                       direction_share=direction)
     cut = s.hessian_share is None
     if cut:
         s = s._replace(hessian_share=HESSIAN_SHARE)
