@@ -134,9 +134,9 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        ``b_k / sqrt(c_k)`` (``c_k`` the mean curvature the quantile implies,
        as in the initial scale); an axis (no turned group) keeps the initial
        scale, and so does a direction the release reads as indefinite that
-       the count would widen beyond :data:`INDEFINITE_STRETCH`.  When the frame is not turned the quantiles are released all
-       the same (the plan does not depend on the data) and the initial frame
-       is kept.
+       the count would widen beyond :data:`INDEFINITE_STRETCH`.  When the
+       frame is not turned the quantiles are released all the same (the plan
+       does not depend on the data) and the initial frame is kept.
 
     The plan is the same whatever the data (one matrix release and
     ``quantile_rounds`` count releases); everything after the releases is

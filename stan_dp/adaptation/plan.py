@@ -26,8 +26,8 @@ from stan_dp.adaptation.ridge import entry_threshold
 __all__ = [
     "AdaptationSettings", "planned_settings", "noise_multipliers", "adaptation_releases",
     "rounds_share", "round_count", "clip_inflation", "clip_median_tail", "allowed_clipped_rows",
-    "planned_quantile_share", "planned_direction_share", "scale_tail", "tail_rows", "orientation_noise_forecast",
-    "orientation_detection_forecast", "curvature_noise_forecast",
+    "planned_quantile_share", "planned_direction_share", "scale_tail", "tail_rows",
+    "orientation_noise_forecast", "orientation_detection_forecast", "curvature_noise_forecast",
 ]
 
 
