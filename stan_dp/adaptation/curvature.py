@@ -10,6 +10,7 @@ next frame (:func:`_next_frame`).  No release is made here.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,24 @@ def _round_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
     return np.column_stack([whitened, mats, norms])
 
 
-def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+CURVATURE_CAP = 1e8
+"""Largest eigenvalue (frame units) :func:`_shrunk_eigen` returns unless told otherwise: a frame
+made from it (:func:`_next_frame`) narrows at most ``1e4``-fold along any direction in one round.
+Newton steps are not held to it (:data:`STEP_CURVATURE_TOP`, :func:`_step_eigen`)."""
+STEP_CURVATURE_TOP = math.inf
+"""Largest eigenvalue (frame units) that a Newton step or one-step estimate divides by: none.
+
+Divided by an eigenvalue capped at :data:`CURVATURE_CAP`, a step along a curvature beyond the cap is
+longer than Newton's by their ratio.  Such curvatures come from the exact prior far from its mode
+(a half-normal prior on a scale ``sigma`` has curvature ``2 sigma^2 / s^2`` along ``log sigma``):
+``radon``'s group scale near 0 at 1,000 rows, epsilon = 4, had prior gradients of 1e6-1e9 noise
+sds, and its capped steps ended 3.9e4 sds off (58 with Newton's); at epsilon = 1 two runs ended
+3,050 and 1,440 sds off (276 and 302).  No other run of the paired ones changed: below the cap the
+steps are the same (docs/adaptation.md §3, "The step is Newton's")."""
+
+
+def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float,
+                  top: float = CURVATURE_CAP) -> tuple[np.ndarray, np.ndarray]:
     """Eigen-decomposition of ``prior + data`` after removing what the noise ``tau`` explains.
 
     ``data`` is the released (noisy) curvature in the current frame, ``prior``
@@ -108,7 +126,7 @@ def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.n
     keeps the current frame's scale (it is neither widened by noise nor by a
     curvature that is merely unknown) — so an unresolved frame stays too
     narrow rather than too wide, and steps stay short.  Bounded to
-    ``[1e-3, 1e8]``.
+    ``[1e-3, top]`` (:data:`CURVATURE_CAP` by default).
     """
     data = np.where(np.isfinite(data), data, 0.0)
     lam_d, q_d = np.linalg.eigh(0.5 * (data + data.T))
@@ -117,7 +135,18 @@ def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.n
     total = (q_d * (lam_d * keep)) @ q_d.T + np.where(np.isfinite(prior), prior, 0.0)
     lam, q = np.linalg.eigh(0.5 * (total + total.T))
     lam = np.maximum(np.abs(lam), min(1.0, tau))
-    return np.clip(lam, 1e-3, 1e8), q
+    return np.clip(lam, 1e-3, top), q
+
+
+def _step_eigen(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_shrunk_eigen` for a Newton step and for a frame: ``(lam_step, lam, q)``.
+
+    ``lam_step`` is capped at :data:`STEP_CURVATURE_TOP` (a step divides by it), ``lam`` at
+    :data:`CURVATURE_CAP` (the next frame, the noise level and the pool's curvature use it); the
+    eigenvectors ``q`` are shared.
+    """
+    lam_step, q = _shrunk_eigen(data, prior, tau, top=STEP_CURVATURE_TOP)
+    return lam_step, np.minimum(lam_step, CURVATURE_CAP), q
 
 
 def _next_frame(frame: np.ndarray, lam: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -92,7 +92,7 @@ from typing import Any
 
 import numpy as np
 
-from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _shrunk_eigen,
+from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen,
                                           prior_neg_hessian)
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -134,7 +134,8 @@ logit and the gamma GLM too: docs/adaptation.md §7).  A pool's move whose slope
 a Student-t regression at 500 rows, epsilon = 1, whose first round (blind, every eigenvalue at the
 floor, and near by its large noise) moved ``log sigma`` by +23 and the next round, on the prior's
 gradient alone, 1e8 sds the other way (now 38); ``radon``'s group scale ran to infinity so in 4 of 24
-runs at 1,000 rows, epsilon = 4 (5e27-6e55 sds; now 28, 32, 61 and 3.9e4).  10 separates the two:
+runs at 1,000 rows, epsilon = 4 (5e27-6e55 sds; now 28, 32, 61 and 3.9e4, the last 58 with
+Newton's step beyond the curvature cap: :data:`~stan_dp.adaptation.curvature.STEP_CURVATURE_TOP`).  10 separates the two:
 11 times too little curvature is not noise, and no other run of the paired ones changed
 (docs/adaptation.md §3, "A move to a pool of one round is judged too")."""
 
@@ -291,9 +292,9 @@ def private_mode(
         grad = g_rel + frame.T @ np.where(np.isfinite(pg), pg, 0.0)
         prior_hess = prior_neg_hessian(density, theta, frame, s.fd_step)
         tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
-        lam, q = _shrunk_eigen(h_rel, prior_hess, tau)
+        lam_step, lam, q = _step_eigen(h_rel, prior_hess, tau)   # lam capped: frame, noise level, pool
         lam, gain_capped = _gain_floor(lam, q, g_rel, gain)
-        du = q @ ((q.T @ grad) / lam)
+        du = q @ ((q.T @ grad) / np.maximum(lam, lam_step))   # Newton's step beyond the cap too
         h_inv = (q / lam) @ q.T
         inv_frame = np.linalg.inv(frame)
         used_frame = frame   # the frame this round's releases were made in (rebound, never mutated)

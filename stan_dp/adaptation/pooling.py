@@ -18,7 +18,7 @@ import numpy as np
 
 from scipy import optimize, stats
 
-from stan_dp.adaptation.curvature import _next_frame, _shrunk_eigen, prior_neg_hessian
+from stan_dp.adaptation.curvature import _next_frame, _shrunk_eigen, _step_eigen, prior_neg_hessian
 from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
 from stan_dp.density import prior_gradient
 
@@ -434,13 +434,13 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     sd_h = math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / len(pool))
     tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
     data_f, prior_f = frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame   # frame units
-    lam, q = _shrunk_eigen(data_f, prior_f, tau)
+    lam_step, lam, q = _step_eigen(data_f, prior_f, tau)   # the one-step estimates divide by lam_step
     resolved = bool(np.all(lam > 1.0001 * min(1.0, tau)))
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
     curvature = 0.5 * (curvature + curvature.T)
     # H^-1 = A Q diag(1/lam) Q' A'
-    h_inv = (frame @ q / lam) @ (frame @ q).T
+    h_inv = (frame @ q / lam_step) @ (frame @ q).T
     precision = np.zeros((d, d))
     weighted = np.zeros(d)
     for r in pool:
