@@ -133,11 +133,11 @@ logit and the gamma GLM too: docs/adaptation.md §7).  A pool's move whose slope
 2e13 times what it stepped along went into a region where the rows are flat and the prior holds:
 a Student-t regression at 500 rows, epsilon = 1, whose first round (blind, every eigenvalue at the
 floor, and near by its large noise) moved ``log sigma`` by +23 and the next round, on the prior's
-gradient alone, 1e8 sds the other way (now 38); ``radon``'s group scale ran to infinity so in 4 of 24
-runs at 1,000 rows, epsilon = 4 (5e27-6e55 sds; now 28, 32, 61 and 3.9e4, the last 58 with
-Newton's step beyond the curvature cap: :data:`~stan_dp.adaptation.curvature.STEP_CURVATURE_TOP`).  10 separates the two:
-11 times too little curvature is not noise, and no other run of the paired ones changed
-(docs/adaptation.md §3, "A move to a pool of one round is judged too")."""
+gradient alone, 1e8 sds the other way (now 38); ``radon``'s group scale ran to infinity so in 4 of
+24 runs at 1,000 rows, epsilon = 4 (5e27-6e55 sds; now 28, 32, 61 and 3.9e4, the last 58 with
+Newton's step beyond the curvature cap: :data:`~stan_dp.adaptation.curvature.STEP_CURVATURE_TOP`).
+10 separates the two: 11 times too little curvature is not noise, and no other run of the paired
+ones changed (docs/adaptation.md §3, "A move to a pool of one round is judged too")."""
 
 
 def _went_too_far(slope: float, previous_slope: float, back_norm: float, sd_g: float, pooled: bool) -> bool:

@@ -439,7 +439,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
     curvature = 0.5 * (curvature + curvature.T)
-    # H^-1 = A Q diag(1/lam) Q' A'
+    # H^-1 = A Q diag(1/lam_step) Q' A' (uncapped: the one-step estimates are Newton's)
     h_inv = (frame @ q / lam_step) @ (frame @ q).T
     precision = np.zeros((d, d))
     weighted = np.zeros(d)
