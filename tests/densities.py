@@ -286,6 +286,15 @@ class VaryingIntercept:
         return th, np.linalg.inv(h)
 
 
+def radon_like(seed: int) -> VaryingIntercept:
+    """A ``radon``-like varying intercept: 1,000 rows in 20 groups of ~50, group means 1.5 +- 0.3,
+    ``sigma`` = 0.75 (the data of ``seed``)."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, 20, 1000)
+    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
+    return VaryingIntercept(y, g, 20)
+
+
 class NormalRegression:
     """``y_i ~ N(x_i . beta, sigma^2)`` with flat priors on ``beta`` and on ``sigma > 0``.
 

@@ -24,7 +24,7 @@ from stan_dp.adaptation.plan import (PLANNED_SCALE_TAIL, QUANTILE_SHARE, QUANTIL
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.aggregates import queries
-from densities import NormalRegression, VaryingIntercept
+from densities import NormalRegression, radon_like
 
 N = 1000
 
@@ -203,12 +203,9 @@ def _varying_intercept_hyper(seed: int) -> tuple[np.ndarray, bool]:
     """Posterior means of (mu, tau, sigma) of a private fit of a ``radon``-like varying intercept
     (20 groups of ~50 rows, group means 1.5 +- 0.3, sigma = 0.75; 1,000 rows, epsilon = 4), and
     whether the run warned."""
-    rng = np.random.default_rng(seed)
-    g = rng.integers(0, 20, 1000)
-    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = stan_dp.sample(VaryingIntercept(y, g, 20), epsilon=4.0, delta=1e-5, seed=seed, progress=False,
+        fit = stan_dp.sample(radon_like(seed), epsilon=4.0, delta=1e-5, seed=seed, progress=False,
                              chains=1, draws=200)
     with np.errstate(all="ignore"):
         hyper = np.array([float(fit.posterior[k].values.mean()) for k in ("mu", "tau", "sigma")])

@@ -22,7 +22,7 @@ from stan_dp.adaptation import curvature, newton
 from stan_dp.adaptation.curvature import CURVATURE_CAP
 from stan_dp.adaptation.newton import OVERSHOOT, POOL_OVERSHOOT, _went_too_far
 
-from densities import VaryingIntercept
+from densities import radon_like
 
 
 def _slopes(rng: np.random.Generator, ratio: float, signal: float, sd: float, dim: int,
@@ -78,10 +78,7 @@ def test_a_pool_move_that_went_against_the_released_gradient_is_not_judged():
 def _worst_error(seed: int) -> tuple[float, bool]:
     """Worst |private mean - exact mode| in Laplace sds (unconstrained) of a ``radon``-like varying
     intercept (20 groups of ~50 rows; 1,000 rows, epsilon = 4), and whether the run warned."""
-    rng = np.random.default_rng(seed)
-    g = rng.integers(0, 20, 1000)
-    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
-    model = VaryingIntercept(y, g, 20)
+    model = radon_like(seed)
     mode, cov = model.exact()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
