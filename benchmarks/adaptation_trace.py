@@ -183,7 +183,8 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
     err = np.abs(result.mode - mean) / sd
     err = np.where(np.isfinite(err), err, np.inf)
     out = {"worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
-           "rounds": len(newton), "method": method}
+           "rounds": len(newton), "method": method,
+           "checked": int(result.checked)}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)

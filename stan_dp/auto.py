@@ -300,6 +300,10 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
                         f"{MOVING_WINDOW} rounds, 'up' meaning larger unconstrained values): the mode "
                         "is farther that way than the search got — a data-independent init= on the "
                         "scale you expect for these can help")
+        if result.checked >= 0:
+            walking += (f"; its final check found that the rows prefer the point of its round "
+                        f"{result.checked} to its last estimate beyond the check's noise, and that "
+                        "point is reported (the search jumped where the rows are worse)")
         emit(["the private mode search did not settle (its last steps were still large or went "
               f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
               "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
@@ -342,6 +346,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "adaptive_clip": bool(settings.adaptive_clip),
         "frame_turned": bool(result.frame_turned),
         "search_settled": bool(result.settled),
+        "final_check_round": int(result.checked),
         "still_moving": "; ".join(moving),
         "still_pulled": "; ".join(pulled),
         "rounds_averaged": int(result.rounds_averaged),

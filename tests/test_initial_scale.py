@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import stan_dp
-from stan_dp.adaptation import AdaptationSettings, initial_frame, newton
+from stan_dp.adaptation import AdaptationSettings, final_check, initial_frame, newton
 from stan_dp.adaptation.plan import (PLANNED_SCALE_TAIL, QUANTILE_SHARE, QUANTILE_SHARE_MAX, SCALE_TAIL_SDS,
                                      noise_multipliers, planned_settings)
 from stan_dp.adaptation.forecast import pld_mean_budget
@@ -232,7 +232,10 @@ def test_a_varying_intercept_whose_groups_are_at_the_floor_no_longer_ends_absurd
     monkeypatch.setattr(initial_frame, "_held_to_widest_measured", lambda scale, at_floor, measured: scale)
     # the check on a pool's move (newton.POOL_OVERSHOOT, tests/test_pool_overshoot.py) now also keeps
     # these four seeds from the absurd ends without the rule here (tau 0.002-0.14, sigma 1.4-2.6:
-    # far, but finite); switched off too, the rule's own effect shows
+    # far, but finite), and so does the final check (final_check.CHECK_SDS: it reports the rounds'
+    # first point, mu ~ 0, tau 1, sigma 1.0-1.4, near the start); with both switched off too (the
+    # check's release still made, its choice never taken), the rule's own effect shows
     monkeypatch.setattr(newton, "POOL_OVERSHOOT", math.inf)
+    monkeypatch.setattr(final_check, "CHECK_SDS", math.inf)
     off = [_varying_intercept_hyper(seed) for seed in range(4)]
     assert sum(_absurd(h) for h, _ in off) >= 3, off

@@ -9,6 +9,8 @@
 * :mod:`.curvature` — per-row curvature in the frame and one round's frame algebra;
 * :mod:`.newton` — private mode and curvature in a learned frame (the Newton rounds);
 * :mod:`.pooling` — the rounds near the mode pooled into one estimate (post-processing);
+* :mod:`.final_check` — where the rounds are blind, one release that lets an unsettled search
+  report a point it evaluated instead of its last step;
 * :mod:`.result` — what the search returns and the diagnostics read from it;
 * :mod:`.ridge` — the ridges a released curvature matrix shows (entries beyond their noise);
 * :mod:`.whitened` — the model seen in the learned frame;

@@ -76,13 +76,19 @@ Steps (every data access a Gaussian release written to the ledger):
    conditional maximum of the log prior given the others
    (:func:`_exact_prior_mode`, public), and the curvature takes the prior's
    at that point, not an average over the rounds' points.
+5. **Final check** (where the plan has it: the rounds are blind,
+   :func:`~stan_dp.adaptation.plan.check_planned`): one release of the rows'
+   clipped log-likelihood differences between every round's point and the
+   estimate; a search that did not settle reports the point the rows prefer
+   beyond the check's noise instead (:mod:`stan_dp.adaptation.final_check`).
 
 This module holds the rounds (:func:`private_mode`, every release a round
 makes); the rest lives beside it, by what it knows: :mod:`.plan` (the settings
 and every release planned from public facts), :mod:`.initial_frame` (step 1),
 :mod:`.curvature` (per-row curvature and a round's frame algebra:
 :func:`_shrunk_eigen`, :func:`_next_frame`, :func:`_gain_floor`),
-:mod:`.pooling` (steps 3 and 4, post-processing) and :mod:`.result`.
+:mod:`.pooling` (steps 3 and 4, post-processing), :mod:`.final_check` (step 5) and
+:mod:`.result`.
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ import numpy as np
 from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen,
                                           prior_neg_hessian)
 from stan_dp.adaptation.far import far_phase
+from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame
 from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, AdaptationSettings, allowed_clipped_rows,
@@ -247,7 +254,9 @@ def private_mode(
     gain = s.step_gain * n_public   # largest summed first-order gain per eigen-direction
     path = [np.array(init, dtype=float), *far_points]   # ends at theta, where the rounds start
     previous: dict[str, Any] | None = None
+    evaluated: list[np.ndarray] = []   # every round's point: the final check's candidates
     for k in range(s.rounds):
+        evaluated.append(theta.copy())
         stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]))
         whitened = RowColumns(holder, stat, 0, d)
         mats = RowColumns(holder, stat, d, d + d * d)
@@ -423,6 +432,12 @@ def private_mode(
                      "curvature": np.linalg.inv(frame @ frame.T)}]
         mode, noise_cov, curvature = last[0]["one_step"], last[0]["noise_cov"], last[0]["curvature"]
         used, settled = len(last), False
+    checked = -1
+    if s.check_share:
+        # the plan's last release: where the search did not settle, a point the rounds evaluated
+        # that the rows prefer by far replaces the estimate (final_check)
+        mode, checked = final_check(holder, density, evaluated, mode, zs["check"], rng_noise, ledger,
+                                    use=not settled)
     lam, q = np.linalg.eigh(0.5 * (curvature + curvature.T))
     lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
     covariance = (q / lam) @ q.T
@@ -441,4 +456,4 @@ def private_mode(
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd,
-                            np.array(pull).reshape(len(pull), d))
+                            np.array(pull).reshape(len(pull), d), checked)

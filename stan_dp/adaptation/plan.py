@@ -28,6 +28,7 @@ __all__ = [
     "rounds_share", "round_count", "clip_inflation", "clip_median_tail", "allowed_clipped_rows",
     "planned_quantile_share", "planned_direction_share", "scale_tail", "tail_rows",
     "orientation_noise_forecast", "orientation_detection_forecast", "curvature_noise_forecast",
+    "check_planned", "CHECK_SHARE",
 ]
 
 
@@ -234,6 +235,11 @@ class AdaptationSettings(NamedTuple):
     :data:`HESSIAN_SHARE`, cut by :func:`planned_settings` where less resolves the curvature."""
     clip_share: float = 0.1
     """Share of each round's budget for the private medians that raise the clip bounds."""
+    check_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the final check
+    (:mod:`stan_dp.adaptation.final_check`: one release that lets a search that did not settle report
+    the best point it evaluated instead of its last step).  ``None``: :data:`CHECK_SHARE` where
+    :func:`check_planned` (the rounds are forecast blind), 0 (no check) elsewhere."""
     clip_rounds: int = 7
     """Binary-search rounds of those medians (over ``2^-20 .. 2^60`` times the forecast)."""
     adaptive_clip: bool | None = None
@@ -534,7 +540,35 @@ def planned_settings(settings: AdaptationSettings, n_public: int, dim: int,
         tau = curvature_noise_forecast(s, n_public, dim, pld_mean)
         share = HESSIAN_SHARE * min(1.0, (tau / CURVATURE_NOISE_TARGET) ** 2)
         s = s._replace(hessian_share=max(HESSIAN_SHARE_MIN, share))
+    if s.check_share is None:   # last: the gate reads the plan without it
+        s = s._replace(check_share=CHECK_SHARE if check_planned(s, n_public, dim, pld_mean) else 0.0)
     return s
+
+
+CHECK_SHARE = 0.03
+"""Share of the adaptation budget (PLD mean) :func:`planned_settings` gives the final check where
+:func:`check_planned`.  Its signal-to-noise ratio on a gross failure (most rows preferring an earlier
+point by a nat or more) is ``n / (2 sqrt(K) z)``: 5.8 at 1,000 rows, epsilon = 1, ``K`` = 8 points,
+4.1 at 500 rows.  The budget it takes is the rounds', and the blind cells' errors grow with their
+noise: paired runs at 0.06 cost the logistic regression at 1,000 rows, epsilon = 1 7 % in geometric
+mean (0.03: 3.8 %) for the same catches (docs/adaptation.md §3, "A final check of an unsettled
+search")."""
+
+
+def check_planned(settings: AdaptationSettings, n_public: int, dim: int, pld_mean: float) -> bool:
+    """Whether the plan includes the final check (public): where one Newton round's curvature noise
+    forecast (:func:`curvature_noise_forecast`, at the plan's rounds and shares without the check)
+    exceeds ``settings.resolution``, i.e. one round cannot resolve the posterior's unit curvature.
+
+    There the rounds are blind: a round's step along an unresolved direction is its released
+    gradient, unchecked, and an unsettled search reports its last one; the searches that ended
+    hundreds of sds off after such a step were all there (`radon`, the Student-t and
+    heteroscedastic regressions at 500-1,000 rows, epsilon = 1).  Where the rounds resolve the
+    curvature (from 10^4 rows at these dimensions) the searches settle and the check would only
+    cost budget.
+    """
+    s = settings._replace(check_share=0.0)
+    return bool(curvature_noise_forecast(s, n_public, dim, pld_mean) > s.resolution)
 
 
 def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str, float]:
@@ -565,6 +599,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
         if s.far_first_boost is None:
             raise ValueError("settings.far_first_boost must be set with far_rounds (see planned_settings)")
         out |= far_multipliers(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
+    if s.check_share:
+        out["check"] = 1.0 / math.sqrt(2.0 * s.check_share * pld_mean)
     return out | {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
@@ -583,10 +619,13 @@ def rounds_share(settings: AdaptationSettings) -> float:
         if s.far_share is None:
             raise ValueError("settings.far_share must be set (see planned_settings)")
         shares = (*shares, s.far_share)
+    if s.check_share:
+        shares = (*shares, s.check_share)
     share = 1.0 - sum(shares)
     if not (0.0 < share <= 1.0 and min(shares) > 0.0):
         raise ValueError("quantile_share (and with orient, orientation_share and direction_share; with "
-                         "far_rounds, far_share) must be positive and sum to less than 1")
+                         "far_rounds, far_share; and check_share if any) must be positive and sum to "
+                         "less than 1")
     return share
 
 
@@ -598,6 +637,7 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     oriented = [Release(z["orientation"], 1), Release(z["direction"], s.quantile_rounds)] if s.orient else []
     far = (far_releases(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
            if s.far_rounds else [])
+    check = [Release(z["check"], 1)] if s.check_share else []
     return [*far, Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
-            Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds)]
+            Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds), *check]

@@ -81,6 +81,10 @@ class AdaptationResult(NamedTuple):
     """Per Newton round, the released log-density gradient at the round's point (data part plus
     the exact prior's, ``theta`` space) per coordinate, in noise sds of its release (shape
     ``(rounds, dim)``): :func:`stan_dp.honesty.pulled_coordinates` reads it."""
+    checked: int = -1
+    """The Newton round whose point the final check (:mod:`stan_dp.adaptation.final_check`) reported
+    instead of the search's estimate (the rows preferred it beyond the check's noise; only where the
+    search did not settle); -1: the estimate stands, or no check was planned."""
 
     @property
     def dispersed(self) -> bool:
