@@ -105,8 +105,8 @@ def test_a_jump_to_where_the_rows_are_flat_is_caught_and_a_near_one_is_not():
     evaluated = [mode + np.array([0.3 * k, 0.02 * k]) for k in range(8)]
     jumped = np.array([mode[0], 12.0])
     for z, seed in ((5.0, 0), (15.0, 1)):
-        chosen, which = fc.final_check(queries(model), model, evaluated, jumped, z, np.random.default_rng(seed),
-                                       Ledger("replace_one"), use=True)
+        chosen, which = fc.final_check(queries(model), model, evaluated, jumped, z,
+                                       np.random.default_rng(seed), Ledger("replace_one"), use=True)
         assert which >= 0, z
         # the chosen point is one of the evaluated, near the mode (within a few of its sds)
         np.testing.assert_array_equal(chosen, evaluated[which])

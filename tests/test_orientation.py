@@ -106,7 +106,8 @@ def test_the_plan_lists_the_orientation_releases_and_they_fit_the_budget():
     assert f"direction count: {ORIENT.quantile_rounds} x" in fit.attrs["release_summary"]
     assert fit.attrs["epsilon_spent"] <= 2.0
     # without orient the plan has neither
-    plain = adaptation_releases(1.0, PLAIN._replace(rounds=settings.rounds), 2000, model.dim)
+    plain = adaptation_releases(1.0, PLAIN._replace(rounds=settings.rounds, check_share=settings.check_share),
+                                2000, model.dim)
     assert sum(r.count for r in plain) == sum(r.count for r in plan) - 1 - ORIENT.quantile_rounds
 
 
@@ -319,6 +320,7 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
 
     monkeypatch.setattr(initial_frame, "thresholded_ridges", spy)
     monkeypatch.setattr(plan_module, "DIRECTION_GAP_SDS", 0.0)   # the former direction share
+    monkeypatch.setattr(plan_module, "CHECK_SHARE", 0.0)   # and no final check: the plan as measured
     new, turned = worst()
     monkeypatch.setattr(initial_frame, "INDEFINITE_STRETCH", math.inf)
     old, _ = worst()

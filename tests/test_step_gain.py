@@ -73,7 +73,8 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(monkeypatch)
     # beyond 1e3 (median 14 -> 12).  The far phase is left out, as it was here before
     # planned_far_share raised its share for such a cell (0.19): it brings sigma in first, so that
     # without the cap no run went out of range.  So is the cap on the initial scale of a coordinate
-    # at the floor (initial_frame._held_to_widest_measured), which keeps ``male`` from scale 1.
+    # at the floor (initial_frame._held_to_widest_measured), which keeps ``male`` from scale 1, and
+    # the final check (check_share=0: the plan as measured; the check is another backstop).
     monkeypatch.setattr(initial_frame, "_held_to_widest_measured", lambda scale, at_floor, measured: scale)
     sigma_ratio, worst = {}, {}
     for gain in (math.inf, 100.0):
@@ -81,7 +82,7 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(monkeypatch)
         for seed in range(32):
             model = _earnings_like(1000, seed)
             mean, sd = model.exact()
-            fit = _fit(model, 1.0, seed, step_gain=gain, quantile_share=0.05, far_rounds=0)
+            fit = _fit(model, 1.0, seed, step_gain=gain, quantile_share=0.05, far_rounds=0, check_share=0.0)
             est = np.r_[fit.posterior["beta"].values.reshape(-1, 3).mean(axis=0),
                         fit.posterior["log_sigma"].values.mean()]
             with np.errstate(over="ignore"):

@@ -48,8 +48,9 @@ __all__ = ["CHECK_NATS", "CHECK_SDS", "check_bound", "final_check"]
 CHECK_NATS = 1.0
 """Per-candidate scale of a row's clipped log-likelihood difference (nats): the l2 bound of a row's
 ``K``-vector is ``CHECK_NATS sqrt(K)``.  The check looks for gross failures, where most rows differ
-by more than this, so its signal-to-noise ratio does not depend on it; 3 nats changed none of the
-paired runs' choices but one (docs/adaptation.md §3, "A final check of an unsettled search")."""
+by more than this, so its signal-to-noise ratio does not depend on it: at 3 nats the choices in the
+five cells tried were the same but for two runs (docs/adaptation.md §3, "A final check of an
+unsettled search")."""
 CHECK_SDS = 3.5
 """A point replaces the estimate only when its released score beats the estimate's by more than this
 many noise sds (a false switch among ``K`` = 8 points: 0.19 %; at 3 sds, 1.1 %, and one well-placed

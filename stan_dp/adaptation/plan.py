@@ -235,11 +235,6 @@ class AdaptationSettings(NamedTuple):
     :data:`HESSIAN_SHARE`, cut by :func:`planned_settings` where less resolves the curvature."""
     clip_share: float = 0.1
     """Share of each round's budget for the private medians that raise the clip bounds."""
-    check_share: float | None = None
-    """Share of the adaptation budget (PLD mean) for the final check
-    (:mod:`stan_dp.adaptation.final_check`: one release that lets a search that did not settle report
-    the best point it evaluated instead of its last step).  ``None``: :data:`CHECK_SHARE` where
-    :func:`check_planned` (the rounds are forecast blind), 0 (no check) elsewhere."""
     clip_rounds: int = 7
     """Binary-search rounds of those medians (over ``2^-20 .. 2^60`` times the forecast)."""
     adaptive_clip: bool | None = None
@@ -278,6 +273,11 @@ class AdaptationSettings(NamedTuple):
     """Central-difference step for per-row Hessians, in frame units."""
     initial_fd_step: float = 1e-5
     """Central-difference step (unconstrained units) of the initial per-row curvature."""
+    check_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the final check
+    (:mod:`stan_dp.adaptation.final_check`: one release that lets a search that did not settle report
+    the best point it evaluated instead of its last step).  ``None``: :data:`CHECK_SHARE` where
+    :func:`check_planned` (the rounds are forecast blind), 0 (no check) elsewhere."""
 
 
 KAPPA_SLOPE = 1.4
