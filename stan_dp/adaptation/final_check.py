@@ -75,10 +75,11 @@ def _difference_rows(density: Any, candidates: np.ndarray, reference: np.ndarray
     """
     with np.errstate(all="ignore"):
         ref = np.asarray(density.row_log_lik(reference), dtype=float)
+        ok_ref = np.isfinite(ref)
         cols = []
         for c in candidates:
             at = np.asarray(density.row_log_lik(c), dtype=float)
-            ok_at, ok_ref = np.isfinite(at), np.isfinite(ref)
+            ok_at = np.isfinite(at)
             diff = np.where(ok_at & ok_ref, at - ref, 0.0)
             diff = np.where(~ok_at & ok_ref, -_IMPOSSIBLE, diff)
             diff = np.where(ok_at & ~ok_ref, _IMPOSSIBLE, diff)
