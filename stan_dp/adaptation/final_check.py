@@ -120,6 +120,8 @@ def final_check(holder: Any, density: Any, candidates: Sequence[np.ndarray], est
                                      ledger, "final check")
     del stat
     sd = ledger.entries[-1].noise_sd
+    if not use or k == 0:   # the release is made either way (planned); only its use is skipped
+        return np.asarray(estimate, dtype=float), -1
     # ---- post-processing of the release and the public prior ----
     with np.errstate(all="ignore"):
         at_ref = float(density.log_prior(estimate))
@@ -127,8 +129,6 @@ def final_check(holder: Any, density: Any, candidates: Sequence[np.ndarray], est
         prior = np.where(np.isfinite(at) & np.isfinite(at_ref), at - at_ref,
                          np.where(np.isfinite(at), np.inf, np.where(np.isfinite(at_ref), -np.inf, 0.0)))
         score = released + prior
-    if not use or k == 0:
-        return np.asarray(estimate, dtype=float), -1
     best = int(np.argmax(np.where(np.isnan(score), -np.inf, score)))
     if score[best] > CHECK_SDS * sd:
         return cands[best].copy(), best
