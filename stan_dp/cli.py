@@ -470,9 +470,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a public row count (needed with --relation add_remove, where n is private)")
     sample.add_argument("--adaptive-clip", dest="adaptive_clip", choices=["on", "off"], default=None,
                         help="raise the gradient clip bound near the mode while the released count "
-                             "of clipped rows is too large (default: on exactly where the public "
-                             "forecast does not warn; 'on' can help rows with skewed gradients, "
-                             "docs/adaptation.md §3)")
+                             "of clipped rows is too large (default: on where the public "
+                             "forecast does not warn or the program declares a parameter with "
+                             "only a lower bound, a scale or shape; 'on' can help other rows "
+                             "with skewed gradients, docs/adaptation.md §3)")
     sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
     sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
     for dest, kind, text in SAMPLER_OPTIONS:

@@ -421,6 +421,27 @@ class RowModel(ZeroRowPart):
         return self.bridge.name()
 
     @property
+    def log_transformed_parameters(self) -> tuple[str, ...]:
+        """Parameters the program declares with a lower bound and no upper bound (public: read
+        from the program, never the data; ``()`` where the program is unknown or unreadable).
+
+        :func:`stan_dp.sample` raises the gradient clip bound near the mode for such models
+        even where its forecast warns (:func:`stan_dp.stan_source.log_transformed_parameters`).
+        """
+        if not hasattr(self, "_log_transformed"):
+            from stan_dp.stan_source import canonical_program, log_transformed_parameters
+
+            found: tuple[str, ...] = ()
+            if self.stan_file is not None:
+                try:
+                    found = log_transformed_parameters(canonical_program(
+                        self.stan_file, find_toolchain(self._cmdstan).stanc, self._stanc_args))
+                except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
+                    logger.debug("could not read the parameters' constraints: %s", err)
+            self._log_transformed = found
+        return self._log_transformed
+
+    @property
     def threads(self) -> int:
         """Worker threads used by the per-row calls."""
         return self._native.threads

@@ -342,6 +342,27 @@ def _assignment_target(stmt: Statement) -> tuple[str, str] | None:
 
 # --------------------------------------------------------------- stanc call --
 
+def log_transformed_parameters(program: str) -> tuple[str, ...]:
+    """The parameters declared with a lower bound and no upper bound (Stan's log transform).
+
+    Reads the ``parameters`` block of a canonical program (:func:`canonical_program`), never
+    data.  A scale or shape parameter so declared (``real<lower=0> sigma``) enters the rows'
+    log-likelihood through its logarithm, and its per-row gradients are skewed like
+    ``r^2 - 1`` (a chi-square less its mean): the rows that clipping cuts all push one way
+    (docs/adaptation.md §3, "Counted in every run").
+    """
+    blocks = program_blocks(program)
+    if "parameters" not in blocks:
+        return ()
+    found = []
+    for stmt in _statements(program, *blocks["parameters"]):
+        decl = parse_declaration(program, stmt)
+        if (decl is not None and re.search(r"\blower\s*=", decl.constraint)
+                and not re.search(r"\bupper\s*=", decl.constraint)):
+            found.append(decl.name)
+    return tuple(found)
+
+
 def canonical_program(stan_file: str | Path, stanc: str | Path,
                       stanc_args: Sequence[str] = ()) -> str:
     """The program as stanc prints it canonically, without comments.

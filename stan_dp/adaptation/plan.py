@@ -242,10 +242,11 @@ class AdaptationSettings(NamedTuple):
     clipped than the pooled noise covers (:func:`allowed_clipped_rows`).  The count is made in
     every run (``clipped_repeats`` of the ``clip_rounds`` count releases of each near round; the
     rest count the tail): it gives :attr:`AdaptationResult.clipping_bias_bound` either way.
-    ``None``: :func:`stan_dp.sample` turns it on exactly when its public forecast does not warn
-    (where the run claims 0.5 sd, clipping bias must not break the claim; where it warns anyway,
-    :func:`clip_inflation`'s rms-optimal balance is kept); :func:`private_mode` reads ``None`` as
-    off."""
+    ``None``: :func:`stan_dp.sample` turns it on where its public forecast does not warn (where
+    the run claims 0.5 sd, clipping bias must not break the claim) and where the model's program
+    declares a parameter with a lower bound only (a scale or shape: its rows' gradients are
+    skewed, ``stan_dp.auto._log_transformed``); elsewhere :func:`clip_inflation`'s rms-optimal
+    balance is kept.  :func:`private_mode` reads ``None`` as off."""
     clipped_repeats: int = 3
     """Count releases per near round spent on the rows beyond the bound (the rest of the
     ``clip_rounds`` on the tail)."""
