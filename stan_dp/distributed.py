@@ -502,6 +502,7 @@ class ShardedModel(ZeroRowPart):
         self._options = {key: value for key, value in rowmodel_kwargs.items()}
         stanc_args = tuple(str(a) for a in self._options.get("stanc_args", ()))
         self._options["stanc_args"] = stanc_args
+        self._stanc_args, self._cmdstan = stanc_args, self._options.get("cmdstan")
         self.library = Path(as_library(stan_file, stanc_args, self._options.get("cache_dir"),
                                        cmdstan=self._options.get("cmdstan")))
         source = Path(stan_file)

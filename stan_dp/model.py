@@ -84,10 +84,16 @@ class ZeroRowPart:
     which depends on the shared data only, never on a row.  Shared by
     :class:`RowModel` (whose rows are in the same object) and
     :class:`stan_dp.distributed.ShardedModel` (whose rows are on workers).
-    Needs ``dim``, ``_zero`` and ``_layout`` (a :class:`~stan_dp.params.ParamLayout`).
+    Needs ``dim``, ``_zero`` and ``_layout`` (a :class:`~stan_dp.params.ParamLayout`), and for
+    :attr:`log_transformed_parameters` the program's ``stan_file`` (or None) with the
+    ``_stanc_args`` and ``_cmdstan`` it was compiled with.
     """
 
     dim: int
+    stan_file: Path | None = None
+    _stanc_args: tuple[str, ...] = ()
+    _cmdstan: Any = None
+    _log_transformed: tuple[str, ...] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -129,6 +135,27 @@ class ZeroRowPart:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every variable in the ``parameters`` block."""
         return dict(self._layout.shapes)
+
+    @property
+    def log_transformed_parameters(self) -> tuple[str, ...]:
+        """Parameters the program declares with a lower bound and no upper bound (public: read
+        from the program, never the data; ``()`` where the program is unknown or unreadable).
+
+        :func:`stan_dp.sample` raises the gradient clip bound near the mode for such models
+        even where its forecast warns (:func:`stan_dp.stan_source.log_transformed_parameters`).
+        """
+        if self._log_transformed is None:
+            from stan_dp.stan_source import canonical_program, log_transformed_parameters
+
+            found: tuple[str, ...] = ()
+            if self.stan_file is not None:
+                try:
+                    found = log_transformed_parameters(canonical_program(
+                        self.stan_file, find_toolchain(self._cmdstan).stanc, self._stanc_args))
+                except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
+                    logger.debug("could not read the parameters' constraints: %s", err)
+            self._log_transformed = found
+        return self._log_transformed
 
 
 class RowModel(ZeroRowPart):
@@ -419,27 +446,6 @@ class RowModel(ZeroRowPart):
     def name(self) -> str:
         """The Stan model's name."""
         return self.bridge.name()
-
-    @property
-    def log_transformed_parameters(self) -> tuple[str, ...]:
-        """Parameters the program declares with a lower bound and no upper bound (public: read
-        from the program, never the data; ``()`` where the program is unknown or unreadable).
-
-        :func:`stan_dp.sample` raises the gradient clip bound near the mode for such models
-        even where its forecast warns (:func:`stan_dp.stan_source.log_transformed_parameters`).
-        """
-        if not hasattr(self, "_log_transformed"):
-            from stan_dp.stan_source import canonical_program, log_transformed_parameters
-
-            found: tuple[str, ...] = ()
-            if self.stan_file is not None:
-                try:
-                    found = log_transformed_parameters(canonical_program(
-                        self.stan_file, find_toolchain(self._cmdstan).stanc, self._stanc_args))
-                except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
-                    logger.debug("could not read the parameters' constraints: %s", err)
-            self._log_transformed = found
-        return self._log_transformed
 
     @property
     def threads(self) -> int:

@@ -111,6 +111,9 @@ def test_facts_and_placement(sharded, whole, client):
     assert os.getpid() not in sharded.shard_pids
     assert json.loads(sharded.zero_row_json) == {"N": 0, "D": 3, "X": [], "y": [], "prior_scale": 2.5}
     assert sharded.relations == ("replace_one", "add_remove")
+    # read from the program (the clip bound's default): no scale parameter in either
+    assert sharded.stan_file is not None
+    assert sharded.log_transformed_parameters == whole.log_transformed_parameters == ()
 
 
 def test_prior_and_transforms_equal_in_process(sharded, whole):

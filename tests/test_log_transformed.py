@@ -18,6 +18,7 @@ import numpy as np
 import stan_dp
 from conftest import bundled, logistic_data, stan_test_model
 from stan_dp.adaptation import AdaptationSettings
+from stan_dp.model import ZeroRowPart
 from stan_dp.stan_source import log_transformed_parameters
 
 PROGRAM = """data {
@@ -76,3 +77,18 @@ def test_where_the_forecast_warns_a_scale_parameter_raises_the_bound_and_a_glm_k
     bounded = stan_dp.RowModel(compiled(stan_test_model("uniform_bounded")), bounded_data)
     assert bounded.log_transformed_parameters == ()   # lower and upper: a logit, not a scale
     assert not _decision(bounded)
+
+
+def test_every_model_with_a_program_reads_it_the_same_way():
+    # the property lives in the part shared by RowModel and the Dask ShardedModel (whose rows are
+    # on workers): it needs the program's path only, never a row
+    class Part(ZeroRowPart):
+        pass
+
+    part = Part()
+    part.stan_file = stan_test_model("scale_flat")
+    assert part.log_transformed_parameters == ("sigma",)
+    assert Part().log_transformed_parameters == ()   # no program: the forecast rule stands
+    broken = Part()
+    broken.stan_file = stan_test_model("syntax_error")
+    assert broken.log_transformed_parameters == ()   # unreadable: the same
