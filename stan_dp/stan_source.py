@@ -349,7 +349,7 @@ def log_transformed_parameters(program: str) -> tuple[str, ...]:
     data.  A scale or shape parameter so declared (``real<lower=0> sigma``) enters the rows'
     log-likelihood through its logarithm, and its per-row gradients are skewed like
     ``r^2 - 1`` (a chi-square less its mean): the rows that clipping cuts all push one way
-    (docs/adaptation.md §3, "Counted in every run").
+    (docs/adaptation.md §3, "A scale or shape parameter raises the bound by default").
     """
     blocks = program_blocks(program)
     if "parameters" not in blocks:

@@ -5,7 +5,7 @@ A parameter declared with a lower bound only (``real<lower=0> sigma``) is sample
 scale, and its per-row gradients there are skewed like ``r^2 - 1``: the rows that clipping
 cuts all push one way.  Where the forecast warns, ``stan_dp.sample`` keeps the rms-optimal
 bound for other models (GLMs with roughly normal predictors lose from the raise) and raises it
-for these (docs/adaptation.md §3, "Counted in every run").  The decision reads the program,
+for these (docs/adaptation.md §3, "A scale or shape parameter raises the bound by default").  The decision reads the program,
 never the data.
 """
 
