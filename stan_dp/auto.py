@@ -234,9 +234,9 @@ def _log_transformed(model: Any) -> bool:
     cell, Stan against NUTS; docs/adaptation.md §3, "A scale or shape parameter raises the bound
     by default"): at 1,000 rows, epsilon = 4, `beta` 0.557, Weibull 0.615, `earnings` 0.727,
     gamma 0.755, Student-t 0.899 in the geometric mean of the worst error (each p < 0.01); the
-    GLMs without such a parameter,
-    which lose from the raise where the forecast warns (a Poisson GLM at 10^4 rows, epsilon = 1:
-    1.13, 1.34 with a predictor in metres), keep the rms-optimal bound.
+    GLMs without such a parameter, which lose from the raise where the forecast warns (a Poisson
+    GLM at 10^4 rows, epsilon = 1: 1.13, 1.34 with a predictor in metres), keep the rms-optimal
+    bound.
     """
     return bool(getattr(model, "log_transformed_parameters", ()))
 

@@ -504,7 +504,7 @@ class ShardedModel(ZeroRowPart):
         self._options["stanc_args"] = stanc_args
         self._stanc_args, self._cmdstan = stanc_args, self._options.get("cmdstan")
         self.library = Path(as_library(stan_file, stanc_args, self._options.get("cache_dir"),
-                                       cmdstan=self._options.get("cmdstan")))
+                                       cmdstan=self._cmdstan))
         source = Path(stan_file)
         self.stan_file = source.resolve() if source.suffix == ".stan" else None
         self._token = uuid.uuid4().hex

@@ -342,27 +342,6 @@ def _assignment_target(stmt: Statement) -> tuple[str, str] | None:
 
 # --------------------------------------------------------------- stanc call --
 
-def log_transformed_parameters(program: str) -> tuple[str, ...]:
-    """The parameters declared with a lower bound and no upper bound (Stan's log transform).
-
-    Reads the ``parameters`` block of a canonical program (:func:`canonical_program`), never
-    data.  A scale or shape parameter so declared (``real<lower=0> sigma``) enters the rows'
-    log-likelihood through its logarithm, and its per-row gradients are skewed like
-    ``r^2 - 1`` (a chi-square less its mean): the rows that clipping cuts all push one way
-    (docs/adaptation.md §3, "A scale or shape parameter raises the bound by default").
-    """
-    blocks = program_blocks(program)
-    if "parameters" not in blocks:
-        return ()
-    found = []
-    for stmt in _statements(program, *blocks["parameters"]):
-        decl = parse_declaration(program, stmt)
-        if (decl is not None and re.search(r"\blower\s*=", decl.constraint)
-                and not re.search(r"\bupper\s*=", decl.constraint)):
-            found.append(decl.name)
-    return tuple(found)
-
-
 def canonical_program(stan_file: str | Path, stanc: str | Path,
                       stanc_args: Sequence[str] = ()) -> str:
     """The program as stanc prints it canonically, without comments.
@@ -539,16 +518,35 @@ class PublicOverride:
     declaration: str
 
 
-def _data_declarations(program: str) -> dict[str, tuple[Declaration, Statement]]:
-    """The ``data`` block's declarations by name."""
+def _declarations(program: str, block: str) -> dict[str, tuple[Declaration, Statement]]:
+    """A block's declarations by name, in program order (none if the block is absent)."""
     blocks = program_blocks(program)
     found: dict[str, tuple[Declaration, Statement]] = {}
-    if "data" in blocks:
-        for stmt in _statements(program, *blocks["data"]):
+    if block in blocks:
+        for stmt in _statements(program, *blocks[block]):
             decl = parse_declaration(program, stmt)
             if decl is not None:
                 found[decl.name] = (decl, stmt)
     return found
+
+
+def _data_declarations(program: str) -> dict[str, tuple[Declaration, Statement]]:
+    """The ``data`` block's declarations by name."""
+    return _declarations(program, "data")
+
+
+def log_transformed_parameters(program: str) -> tuple[str, ...]:
+    """The parameters declared with a lower bound and no upper bound (Stan's log transform).
+
+    Reads the ``parameters`` block of a canonical program (:func:`canonical_program`), never
+    data.  A scale or shape parameter so declared (``real<lower=0> sigma``) enters the rows'
+    log-likelihood through its logarithm, and its per-row gradients are skewed like
+    ``r^2 - 1`` (a chi-square less its mean): the rows that clipping cuts all push one way
+    (docs/adaptation.md §3, "A scale or shape parameter raises the bound by default").
+    """
+    return tuple(name for name, (decl, _) in _declarations(program, "parameters").items()
+                 if re.search(r"\blower\s*=", decl.constraint)
+                 and not re.search(r"\bupper\s*=", decl.constraint))
 
 
 def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],
