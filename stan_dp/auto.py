@@ -269,7 +269,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               f"probability {fc.exceed_probability:.0%} (information floor {fc.floor:.2g}); a "
               "larger epsilon or more rows would help"], attrs, stacklevel=4)
 
-    if settings.adaptive_clip is None:
+    clip_by_default = settings.adaptive_clip is None
+    if clip_by_default:
         # where the forecast claims the budget buys 0.5 sd, clipping bias must not break the
         # claim (docs/adaptation.md §3, "Clipping bias"); where it warns anyway, keep the
         # rms-optimal bound of clip_inflation, unless the program declares a log-transformed
@@ -362,6 +363,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "grad_clip_whitened": float(result.grad_clip),
         "grad_clip_raised": float(result.clip_adjust),
         "adaptive_clip": bool(settings.adaptive_clip),
+        "adaptive_clip_by_default": bool(clip_by_default),
         "frame_turned": bool(result.frame_turned),
         "search_settled": bool(result.settled),
         "final_check_round": int(result.checked),
@@ -455,6 +457,17 @@ def _moving_parameters(model: Any, path: np.ndarray, flags: np.ndarray) -> list[
     return out
 
 
+def _kept_bound_note(by_default: bool) -> str:
+    """The clipping-bias warning's note where the clip bound kept its rms-optimal value: why it
+    did (the rule of :func:`_adapt`, or the user's ``adaptive_clip=False``) and how to raise it."""
+    why = ("the default where the forecast warns and the program declares no parameter with only a "
+           "lower bound" if by_default else "adaptive_clip=False was set")
+    return (f". The bound kept its rms-optimal value ({why}); where rows' gradients are skewed (a "
+            "skewed predictor's, a scale parameter's), settings=stan_dp.adaptation."
+            "AdaptationSettings(adaptive_clip=True) or the CLI's --adaptive-clip on raises it near "
+            "the mode, which can help (docs/adaptation.md §3, \"Counted in every run\")")
+
+
 def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
               relation: str, public_n: int | None, init: Any,
               settings: AdaptationSettings = AdaptationSettings()):
@@ -491,13 +504,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                            "several times that); the draws are widened by the noise, not by that "
                            "bias, so the intervals may be too narrow and the mean is imprecise")
             if not attrs["adaptive_clip"]:
-                consequence += (". The bound kept its rms-optimal value (the default where the "
-                                "forecast warns and the program declares no parameter with only a "
-                                "lower bound); where rows' gradients are skewed (a skewed "
-                                "predictor's, a scale parameter's written without a bound), "
-                                "settings=stan_dp.adaptation.AdaptationSettings("
-                                "adaptive_clip=True) raises it near the mode, which can help "
-                                "(docs/adaptation.md §3, \"Counted in every run\")")
+                consequence += _kept_bound_note(attrs["adaptive_clip_by_default"])
         else:
             consequence = ("the draws are widened by it so intervals stay calibrated, but the mean is "
                            "imprecise")

@@ -18,6 +18,7 @@ import numpy as np
 import stan_dp
 from conftest import bundled, logistic_data, stan_test_model
 from stan_dp.adaptation import AdaptationSettings
+from stan_dp.auto import _kept_bound_note
 from stan_dp.model import ZeroRowPart
 from stan_dp.stan_source import log_transformed_parameters
 
@@ -54,8 +55,11 @@ def _decision(model, **options) -> bool:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=3, draws=50, progress=False, **options)
-    assert "forecast from public facts" in fit.posterior.attrs["warnings"]   # the forecast warns
-    return bool(fit.posterior.attrs["adaptive_clip"])
+    attrs = fit.posterior.attrs
+    assert "forecast from public facts" in attrs["warnings"]   # the forecast warns
+    # the run records whether the rule chose, or the user did
+    assert bool(attrs["adaptive_clip_by_default"]) == ("settings" not in options)
+    return bool(attrs["adaptive_clip"])
 
 
 def test_where_the_forecast_warns_a_scale_parameter_raises_the_bound_and_a_glm_keeps_it(compiled):
@@ -77,6 +81,16 @@ def test_where_the_forecast_warns_a_scale_parameter_raises_the_bound_and_a_glm_k
     bounded = stan_dp.RowModel(compiled(stan_test_model("uniform_bounded")), bounded_data)
     assert bounded.log_transformed_parameters == ()   # lower and upper: a logit, not a scale
     assert not _decision(bounded)
+
+
+def test_the_clipping_warning_names_who_kept_the_bound():
+    # the rule's reason where the default chose, the user's setting where the user did; both
+    # say how to raise the bound, from Python and from the CLI
+    default, chosen = _kept_bound_note(True), _kept_bound_note(False)
+    assert "the default where the forecast warns" in default and "was set" not in default
+    assert "adaptive_clip=False was set" in chosen and "the default where" not in chosen
+    for note in (default, chosen):
+        assert "adaptive_clip=True" in note and "--adaptive-clip on" in note
 
 
 def test_every_model_with_a_program_reads_it_the_same_way():
