@@ -24,6 +24,11 @@ prints
 * ``pooled`` and ``settled``: the pool's size after the last round and
   whether the search settled.
 
+The ``--out`` lines also carry the final pool's ``dispersion`` (``Q / dof``
+of its rounds' one-step estimates) and ``over_dispersed``: whether
+``stan_dp.sample``'s Gaussian approximation would warn that a settled pool
+disagrees beyond its noise (:func:`stan_dp.honesty.over_dispersed`).
+
 With ``--rounds`` it also prints every Newton round: how far its point was
 (worst coordinate, reference sds), its released gradient in its frame in
 noise sds (data part plus the exact prior, as the round used it), the same
@@ -74,6 +79,7 @@ import stan_dp  # noqa: E402
 from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
 from stan_dp.auto import MCMC_ADAPTATION_SHARE, _adapt, choose_method  # noqa: E402
 from stan_dp.density import prior_gradient  # noqa: E402
+from stan_dp.honesty import over_dispersed  # noqa: E402
 from stan_dp.information_floor import unconstrained_draws  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,7 +190,10 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
     err = np.where(np.isfinite(err), err, np.inf)
     out = {"worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
            "rounds": len(newton), "method": method,
-           "checked": int(result.checked)}
+           "checked": int(result.checked),
+           "dispersion": float(result.dispersion) if np.isfinite(result.dispersion) else None,
+           "over_dispersed": bool(result.settled and over_dispersed(result.dispersion, d,
+                                                                    result.rounds_averaged))}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)
