@@ -527,15 +527,14 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     if dispersed:
         emit([f"the private mode search settled, but the rounds it pooled disagree "
               f"{result.dispersion:.2g} times beyond what their privacy noise explains (beyond the "
-              f"{DISPERSION_LEVEL:.0%} quantile of that disagreement under the noise alone): rounds that far apart were "
-              "still moving or were pulled apart by more than noise (a frame too narrow along some "
-              "direction, clipping that changed between rounds), and the reported spread covers "
-              "their scatter, not a shift they share, so the mode may be farther from the "
-              "posterior's than the stated noise says (a 20-county varying intercept at "
-              "epsilon = 64 settled 22 posterior sds off this way, its stated noise 0.72 sds); a "
-              "larger epsilon, more rows, a data-independent "
-              "init= nearer the posterior, or a rescaled (e.g. non-centred) parametrisation would "
-              "help"], attrs)
+              f"{DISPERSION_LEVEL:.0%} quantile of that disagreement under the noise alone): "
+              "rounds that far apart were still moving or were pulled apart by more than noise (a "
+              "frame too narrow along some direction, clipping that changed between rounds), and "
+              "the reported spread covers their scatter, not a shift they share, so the mode may "
+              "be farther from the posterior's than the stated noise says (a 20-county varying "
+              "intercept at epsilon = 64 settled 22 posterior sds off this way, its stated noise "
+              "0.72 sds); a larger epsilon, more rows, a data-independent init= nearer the "
+              "posterior, or a rescaled (e.g. non-centred) parametrisation would help"], attrs)
     if redrawn:
         emit([_overflow_warning(model.constrain, result.mode, redrawn, left, chains * draws)], attrs)
     attrs.update({
