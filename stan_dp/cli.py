@@ -39,6 +39,7 @@ import json
 import logging
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -217,6 +218,32 @@ def _print_fit(fit) -> None:
     print_privacy_report(attrs)
 
 
+@contextlib.contextmanager
+def _warnings_shown_once() -> Iterator[list]:
+    """Hold back the fit's :class:`~stan_dp.UtilityWarning` s that its ``attrs["warnings"]`` records.
+
+    The command prints those in its WARNINGS block (:func:`_print_fit`, or the comparison's
+    diagnostics); Python's own display of the same text to stderr, with a line of stan_dp's
+    source under each, doubled every warning.  Yields a one-item list for the fit; on leaving,
+    every other warning caught (another category, or a UtilityWarning the attrs do not record)
+    is shown as Python would have shown it: nothing is lost.
+    """
+    from stan_dp.honesty import UtilityWarning
+
+    holder: list = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UtilityWarning)
+        yield holder
+    recorded = set()
+    if holder:
+        attrs = holder[0].posterior.attrs
+        recorded = {m for m in str(attrs.get("warnings", "") or "").split("\n") if m}
+    for w in caught:
+        if issubclass(w.category, UtilityWarning) and str(w.message) in recorded:
+            continue
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def _write_netcdf(idata, path: str | Path) -> Path:
     path = Path(path)
     if path.parent and not path.parent.exists():
@@ -286,7 +313,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"option(s) {', '.join(given)} do not apply to --sampler {args.sampler}; "
                              "name a sampler (e.g. --sampler hmc) to set them")
-        with _model(args) as model:
+        with _model(args) as model, _warnings_shown_once() as shown:
             extra = {"chains": args.chains} if args.chains is not None else {}
             if args.adaptive_clip is not None:
                 from stan_dp.adaptation import AdaptationSettings
@@ -296,17 +323,19 @@ def cmd_sample(args: argparse.Namespace) -> int:
                          seed=args.seed, relation=args.relation or "replace_one",
                          public_n=args.public_n, progress=not args.quiet,
                          init=read_init(args.init, model), **extra)
+            shown.append(fit)
     else:
         if args.adaptive_clip is not None:
             raise ValueError(f"--adaptive-clip applies to the private adaptation of --sampler auto or "
                              f"gaussian, not to the seed's sampler {args.sampler}")
         fn = _sampler_function(args.sampler)
         kwargs = _sampler_kwargs(fn, args)
-        with _model(args) as model:
+        with _model(args) as model, _warnings_shown_once() as shown:
             if args.init is not None:
                 kwargs["init"] = read_init(args.init, model)
             fit = fn(model, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
                      progress=not args.quiet, **kwargs)
+            shown.append(fit)
     _print_fit(fit)
     if args.output:
         print(f"written: {_write_netcdf(fit, args.output)}")
@@ -384,20 +413,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"(truth: alpha {DEMO_ALPHA}, beta {list(DEMO_BETA)})")
     model = RowModel(stan_file, data)
     print(f"compiled and checked: {model}")
-    if args.method == "auto":
-        print(f"\n1. private fit: stan_dp.sample (automatic: private adaptation, noise-aware "
-              f"Gaussian), epsilon = {args.epsilon}, delta = {args.delta}")
-        fit = sample(model, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
-                     seed=args.seed, progress=not args.quiet)
-    else:
-        print(f"\n1. private fit: penalty algorithm ({args.proposal} proposal), "
-              f"epsilon = {args.epsilon}, delta = {args.delta}")
-        fit = penalty(
-            model, epsilon=args.epsilon, delta=args.delta, clip=args.clip,
-            step_size=args.step_size, proposal=args.proposal, chains=args.chains,
-            warmup=args.warmup, iterations=args.iterations, seed=args.seed,
-            init=np.zeros(model.dim), progress=not args.quiet,
-        )
+    # the comparison below prints the fit's warnings
+    with _warnings_shown_once() as shown:
+        if args.method == "auto":
+            print(f"\n1. private fit: stan_dp.sample (automatic: private adaptation, noise-aware "
+                  f"Gaussian), epsilon = {args.epsilon}, delta = {args.delta}")
+            fit = sample(model, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+                         seed=args.seed, progress=not args.quiet)
+        else:
+            print(f"\n1. private fit: penalty algorithm ({args.proposal} proposal), "
+                  f"epsilon = {args.epsilon}, delta = {args.delta}")
+            fit = penalty(
+                model, epsilon=args.epsilon, delta=args.delta, clip=args.clip,
+                step_size=args.step_size, proposal=args.proposal, chains=args.chains,
+                warmup=args.warmup, iterations=args.iterations, seed=args.seed,
+                init=np.zeros(model.dim), progress=not args.quiet,
+            )
+        shown.append(fit)
     print("2. non-private reference: Stan's NUTS on the same data")
     ref = reference_fit(stan_file, data, chains=args.chains, draws=args.reference_draws,
                         warmup=args.reference_draws, seed=args.seed)

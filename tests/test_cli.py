@@ -114,6 +114,43 @@ def test_sample_needs_no_sampler_option(tmp_path, data_file, capsys):
     capsys.readouterr()
 
 
+def test_sample_prints_each_warning_once(tmp_path, data_file, capsys):
+    """The WARNINGS block holds the fit's warnings; Python's stderr display of the same text is held
+    back, and anything the attrs do not record still reaches the user."""
+    import warnings
+
+    import arviz as az
+
+    from stan_dp import UtilityWarning
+    from stan_dp.cli import _warnings_shown_once
+
+    fit = tmp_path / "auto.nc"
+    argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
+            "--epsilon", "2", "--delta", "1e-5", "--seed", "5", "--quiet", "--output", str(fit)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(argv) == 0
+    out = capsys.readouterr().out
+    recorded = [m for m in az.from_netcdf(fit).posterior.attrs["warnings"].split("\n") if m]
+    assert recorded   # n = 150 at epsilon 2 warns
+    for message in recorded:
+        assert out.count(message) == 1
+    assert not [w for w in caught if issubclass(w.category, UtilityWarning)]
+
+    class Fit:   # a fit whose attrs record one message
+        class posterior:
+            attrs = {"warnings": "recorded"}
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with _warnings_shown_once() as shown:
+            warnings.warn("recorded", UtilityWarning)
+            warnings.warn("not recorded", UtilityWarning)
+            warnings.warn("another kind", RuntimeWarning)
+            shown.append(Fit)
+    assert sorted(str(w.message) for w in caught) == ["another kind", "not recorded"]
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--batch-size", "10"], "--batch-size does not apply to sampler 'penalty'"),
     (["--chains", "0"], "must be at least 1"),
