@@ -213,7 +213,7 @@ def _print_fit(fit) -> None:
     if not mixed:
         why = ("the private mode search did not settle" if attrs.get("sampler") == "gaussian"
                else "the chains did not mix")
-        print(f"  (intervals not shown: {why})")
+        print(f"  (intervals not shown: {why}; the sd column is the draws' spread, not a posterior sd)")
     print()
     print_privacy_report(attrs)
 

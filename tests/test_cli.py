@@ -136,6 +136,8 @@ def test_sample_prints_each_warning_once(tmp_path, data_file, capsys):
     for message in recorded:
         assert out.count(message) == 1
     assert not [w for w in caught if issubclass(w.category, UtilityWarning)]
+    assert not az.from_netcdf(fit).posterior.attrs["mixed"]   # the search did not settle, so:
+    assert "hdi" not in out and "the sd column is the draws' spread, not a posterior sd" in out
 
     class Fit:   # a fit whose attrs record one message
         class posterior:
