@@ -45,7 +45,7 @@ from stan_dp.adaptation.forecast import (exceed_probability, forecast, pld_mean_
 from stan_dp.adaptation.newton import private_mode
 from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, clip_inflation,
                                      planned_settings, rounds_share)
-from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
+from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult, scale_bias_per_row
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityWarning, emit,
@@ -230,7 +230,8 @@ def _log_transformed(model: Any) -> bool:
     without a program, such as NumPy row densities, say no).
 
     Its per-row gradients are skewed like ``r^2 - 1``, so :func:`_adapt` raises the clip bound
-    near the mode even where the forecast warns.  Paired runs (``adaptation_trace.py``, 24 per
+    near the mode even where the forecast warns, and reports the clipping bias of each row beyond
+    it as that skew's tail scale (:func:`~stan_dp.adaptation.result.scale_bias_per_row`).  Paired runs (``adaptation_trace.py``, 24 per
     cell, Stan against NUTS; docs/adaptation.md §3, "A scale or shape parameter raises the bound
     by default"): at 1,000 rows, epsilon = 4, `beta` 0.557, Weibull 0.615, `earnings` 0.727,
     gamma 0.755, Student-t 0.899 in the geometric mean of the worst error (each p < 0.01); the
@@ -285,6 +286,9 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         warnings.simplefilter("ignore", RuntimeWarning)
         result = private_mode(model, n_public=n_public, pld_mean=budget_m, relation=relation,
                               rng_noise=stream.noise, init=start, settings=settings, trace=trace)
+    if _log_transformed(model):   # the program is public: its scale's clipped rows push one way
+        result = result._replace(bias_per_row=scale_bias_per_row(result.grad_clip * result.clip_adjust,
+                                                                 n_public))
     made, planned = _release_counts(result.ledger.releases()), _release_counts(releases)
     if made != planned:   # the samplers' accounting composes the plan: it must be what was done
         raise RuntimeError("the private adaptation made releases that its accounted plan does not "

@@ -9,7 +9,7 @@ import numpy as np
 
 from stan_dp.adaptation.releases import Ledger
 
-__all__ = ["AdaptationResult"]
+__all__ = ["AdaptationResult", "scale_bias_per_row"]
 
 
 TAIL_MULTIPLE = 2.0
@@ -24,6 +24,42 @@ standardised heavy-tailed predictors there are more: log-normal 4-35 (logistic) 
 (Poisson), t3 1-8 and 15-106, and the noiseless root of the clipped score was 0.26-1.1 (logistic)
 and 15-107 (Poisson) posterior sds from the mode (NumPy, exact posterior and frame, n = 1e4-1e5,
 epsilon 1 and 4)."""
+
+
+BIAS_PER_CLIPPED_ROW_HIGH = 0.2
+""":attr:`AdaptationResult.clipping_bias_bound`'s bias per clipped row, the top of the measured
+0.10-0.19 (logistic) and 0.06-0.07 (Poisson): the warning must not understate it.  The count
+cannot tell whose rows align: a ``wells``-like logistic regression (a gamma-distributed
+predictor) and ``test_auto``'s (normal predictors) released about as many clipped rows times the
+bound (1.1-1.6), but the first was biased by about 0.25 per row and the second far less."""
+
+
+SCALE_TAIL_RATIO = 1.2
+""":func:`scale_bias_per_row`'s factor on the tail scale ``sqrt(2 / n)``: the measured bias per
+clipped row over it was 0.76-0.93 in the median (0.37-1.57 in all, the most where 5-9 rows are
+clipped); 1.6 warned on most runs within 0.5 sd of a normal model at 10^4 rows, epsilon = 4, and
+caught one silent miss of three more (docs/adaptation.md §5, "A scale parameter's clipped rows")."""
+
+
+def scale_bias_per_row(bound: float, n_public: int) -> float:
+    """:attr:`AdaptationResult.bias_per_row` where the model's program declares a parameter with a
+    lower bound only (a scale or shape, sampled on the log scale), at the final whitened gradient
+    bound ``bound`` (public).
+
+    Such a coordinate's per-row gradients are skewed like ``z^2 - 1`` (a normal likelihood's
+    ``log sigma``), ``z^2`` has an exponential tail of scale 2, and in the posterior's frame (sd of
+    ``log sigma`` about ``1 / sqrt(2 n)``) a row's excess beyond any high bound is about
+    ``2 / sqrt(2 n) = sqrt(2 / n)``, in the same direction for every clipped row: each adds about
+    ``sqrt(2 / n)`` to the bias, ``rho = sqrt(2) / (bound sqrt(n))`` in units of the bound, not the
+    fixed fraction of the bound that GLM rows' scattered excesses add
+    (:data:`BIAS_PER_CLIPPED_ROW_HIGH`, the floor here: the program's other coordinates).  Returns
+    ``max(BIAS_PER_CLIPPED_ROW_HIGH, SCALE_TAIL_RATIO sqrt(2) / (bound sqrt(n)))``.  With
+    :data:`BIAS_PER_CLIPPED_ROW_HIGH` alone a normal model with unknown ``sigma`` (heights in cm,
+    1,000 rows, epsilon = 16) ended 0.51-0.84 posterior sds low in ``sigma`` without a warning in 6
+    of 24 runs; with this, 3 (docs/adaptation.md §5, "A scale parameter's clipped rows").
+    """
+    tail = SCALE_TAIL_RATIO * math.sqrt(2.0) / (bound * math.sqrt(n_public))
+    return float(max(BIAS_PER_CLIPPED_ROW_HIGH, tail))
 
 
 class AdaptationResult(NamedTuple):
@@ -85,6 +121,11 @@ class AdaptationResult(NamedTuple):
     """The Newton round whose point the final check (:mod:`stan_dp.adaptation.final_check`) reported
     instead of the search's estimate (the rows preferred it beyond the check's noise; only where the
     search did not settle); -1: the estimate stands, or no check was planned."""
+    bias_per_row: float = BIAS_PER_CLIPPED_ROW_HIGH
+    """``rho``: the bias one clipped row adds to :attr:`clipping_bias_bound`, in units of the final
+    gradient bound.  :data:`BIAS_PER_CLIPPED_ROW_HIGH` (the default), or
+    :func:`scale_bias_per_row` where the model's program declares a log-transformed parameter
+    (set by ``stan_dp.auto``, which reads the program)."""
 
     @property
     def dispersed(self) -> bool:
@@ -113,9 +154,9 @@ class AdaptationResult(NamedTuple):
 
     @property
     def clipping_bias_per_row(self) -> float:
-        """:data:`BIAS_PER_CLIPPED_ROW_HIGH` times the final gradient bound (``grad_clip *
-        clip_adjust``): the bias one clipped row adds to :attr:`clipping_bias_bound`."""
-        return float(BIAS_PER_CLIPPED_ROW_HIGH * self.grad_clip * self.clip_adjust)
+        """:attr:`bias_per_row` times the final gradient bound (``grad_clip * clip_adjust``): the
+        bias one clipped row adds to :attr:`clipping_bias_bound`."""
+        return float(self.bias_per_row * self.grad_clip * self.clip_adjust)
 
     @property
     def tail_bias_bound(self) -> float:
@@ -141,11 +182,3 @@ class AdaptationResult(NamedTuple):
         unsettled runs), and that case has its own warning.
         """
         return bool(self.settled and self.tail_rows - 3.0 * self.tail_rows_sd > TAIL_ROWS_ALLOWED)
-
-
-BIAS_PER_CLIPPED_ROW_HIGH = 0.2
-""":attr:`AdaptationResult.clipping_bias_bound`'s bias per clipped row, the top of the measured
-0.10-0.19 (logistic) and 0.06-0.07 (Poisson): the warning must not understate it.  The count
-cannot tell whose rows align: a ``wells``-like logistic regression (a gamma-distributed
-predictor) and ``test_auto``'s (normal predictors) released about as many clipped rows times the
-bound (1.1-1.6), but the first was biased by about 0.25 per row and the second far less."""
