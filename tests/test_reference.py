@@ -395,3 +395,21 @@ def test_cmdstan_backend_agrees_with_the_exact_posterior():
     ess = _arviz().ess(idata, var_names=["beta"])["beta"].values
     # Same bound as the offline test (4 Monte Carlo sds from the ESS).
     assert np.all(np.abs(beta.mean(axis=0) - mean[1:]) < 4 * np.sqrt(np.diag(cov)[1:] / ess))
+
+
+def test_a_reference_whose_chains_disagree_says_so(linear_fit, caplog):
+    """No warm-up and a handful of draws from dispersed starts: the chains have not met (R-hat far
+    above 1.05), and the fit logs that it is no yardstick; the converged fixture (2 x 1,000 draws
+    after 500 of warm-up) passes the same check silently.  Oracle: ArviZ's R-hat of the draws."""
+    az = _arviz()
+    data, converged = linear_fit
+    with caplog.at_level(logging.WARNING, logger="stan_dp.reference"):
+        reference_module._warn_convergence(converged)
+    assert not [r for r in caplog.records if "did not converge" in r.message]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="stan_dp.reference"):
+        short = reference_fit(LINEAR, data, chains=4, draws=8, warmup=0, seed=2, backend="offline")
+    rhat = max(float(np.nanmax(az.rhat(short)[name].values)) for name in ("alpha", "beta"))
+    assert rhat > 1.05
+    (record,) = [r for r in caplog.records if "did not converge" in r.message]
+    assert "not a trustworthy yardstick" in record.message
