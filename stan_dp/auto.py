@@ -231,9 +231,10 @@ def _log_transformed(model: Any) -> bool:
 
     Its per-row gradients are skewed like ``r^2 - 1``, so :func:`_adapt` raises the clip bound
     near the mode even where the forecast warns, and reports the clipping bias of each row beyond
-    it as that skew's tail scale (:func:`~stan_dp.adaptation.result.scale_bias_per_row`).  Paired runs (``adaptation_trace.py``, 24 per
-    cell, Stan against NUTS; docs/adaptation.md §3, "A scale or shape parameter raises the bound
-    by default"): at 1,000 rows, epsilon = 4, `beta` 0.557, Weibull 0.615, `earnings` 0.727,
+    it as that skew's tail scale (:func:`~stan_dp.adaptation.result.scale_bias_per_row`).  Paired
+    runs (``adaptation_trace.py``, 24 per cell, Stan against NUTS; docs/adaptation.md §3, "A scale
+    or shape parameter raises the bound by default"): at 1,000 rows, epsilon = 4, `beta` 0.557,
+    Weibull 0.615, `earnings` 0.727,
     gamma 0.755, Student-t 0.899 in the geometric mean of the worst error (each p < 0.01); the
     GLMs without such a parameter, which lose from the raise where the forecast warns (a Poisson
     GLM at 10^4 rows, epsilon = 1: 1.13, 1.34 with a predictor in metres), keep the rms-optimal

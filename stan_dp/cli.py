@@ -220,28 +220,35 @@ def _print_fit(fit) -> None:
 
 @contextlib.contextmanager
 def _warnings_shown_once() -> Iterator[list]:
-    """Hold back the fit's :class:`~stan_dp.UtilityWarning` s that its ``attrs["warnings"]`` records.
+    """Hold back the fit's UtilityWarnings that its ``attrs["warnings"]`` records.
 
     The command prints those in its WARNINGS block (:func:`_print_fit`, or the comparison's
     diagnostics); Python's own display of the same text to stderr, with a line of stan_dp's
     source under each, doubled every warning.  Yields a one-item list for the fit; on leaving,
-    every other warning caught (another category, or a UtilityWarning the attrs do not record)
-    is shown as Python would have shown it: nothing is lost.
+    also by an exception, every other warning caught (another category, a UtilityWarning the
+    attrs do not record, or all of them where no fit was made) is shown as Python would have
+    shown it: nothing is lost.
     """
     from stan_dp.honesty import UtilityWarning
 
     holder: list = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UtilityWarning)
-        yield holder
-    recorded = set()
-    if holder:
-        attrs = holder[0].posterior.attrs
-        recorded = {m for m in str(attrs.get("warnings", "") or "").split("\n") if m}
-    for w in caught:
-        if issubclass(w.category, UtilityWarning) and str(w.message) in recorded:
-            continue
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    held: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UtilityWarning)
+            try:
+                yield holder
+            finally:
+                held[:] = caught
+    finally:   # outside the catch, so the caller's filters decide; also when the fit raised
+        recorded = set()
+        if holder:
+            attrs = holder[0].posterior.attrs
+            recorded = {m for m in str(attrs.get("warnings", "") or "").split("\n") if m}
+        for w in held:
+            if issubclass(w.category, UtilityWarning) and str(w.message) in recorded:
+                continue
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _write_netcdf(idata, path: str | Path) -> Path:

@@ -498,16 +498,12 @@ def reference_fit(
     return idata
 
 
-REFERENCE_ESS_MIN = 100.0
-""":func:`_warn_convergence` warns below this bulk ESS in some component (as ``compare`` judges a
-fit's means: stan_dp.diagnostics.ESS_MIN)."""
-
-
 def _warn_convergence(idata: Any) -> None:
     """Log a warning where the chains did not converge: a yardstick that is not one.
 
-    Rank-normalised split R-hat above :data:`stan_dp.honesty.RHAT_LIMIT` (1.05) or a bulk ESS below
-    :data:`REFERENCE_ESS_MIN` in any posterior component (constant components, such as a generated
+    Rank-normalised split R-hat above :data:`stan_dp.diagnostics.RHAT_MAX` (1.05) or a bulk ESS
+    below :data:`stan_dp.diagnostics.ESS_MIN` (100), the thresholds ``compare`` judges fits by, in
+    any posterior component (constant components, such as a generated
     copy of the data, are not judged; nor is a single chain's R-hat).  Why: a Poisson regression
     with an exposure offset and coefficients bounded by ``uniform(-10, 10)`` (a distance in km,
     1,000 rows) returned chains with R-hat 1.60 and bulk ESS 7, its mean an intercept of 0.97 and
@@ -516,7 +512,7 @@ def _warn_convergence(idata: Any) -> None:
     posterior sds instead of about 0.15.  ``compare`` already refuses to trust such a reference;
     this says so where the fit is made.
     """
-    from stan_dp.honesty import RHAT_LIMIT
+    from stan_dp.diagnostics import ESS_MIN, RHAT_MAX
     from stan_dp.output import _import_arviz
 
     az = _import_arviz()
@@ -536,7 +532,7 @@ def _warn_convergence(idata: Any) -> None:
 
     rhat = float("nan") if rhats is None else extreme(rhats, np.max)
     ess = extreme(esss, np.min)
-    if rhat > RHAT_LIMIT or ess < REFERENCE_ESS_MIN:   # nan: not judged
+    if rhat > RHAT_MAX or ess < ESS_MIN:   # nan: not judged
         logger.warning(
             "reference fit: the chains did not converge (max R-hat %.3g, min bulk ESS %.3g): it is "
             "not a trustworthy yardstick; more warm-up or draws, centred predictors or a "

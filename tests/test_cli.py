@@ -151,6 +151,14 @@ def test_sample_prints_each_warning_once(tmp_path, data_file, capsys):
             warnings.warn("another kind", RuntimeWarning)
             shown.append(Fit)
     assert sorted(str(w.message) for w in caught) == ["another kind", "not recorded"]
+    # a fit that fails made no record: what it raised before the failure is shown
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError):
+            with _warnings_shown_once():
+                warnings.warn("before the failure", UtilityWarning)
+                raise RuntimeError("the fit failed")
+    assert [str(w.message) for w in caught] == ["before the failure"]
 
 
 @pytest.mark.parametrize("extra, message", [
