@@ -77,9 +77,8 @@ import utility  # noqa: E402
 
 import stan_dp  # noqa: E402
 from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
-from stan_dp.auto import MCMC_ADAPTATION_SHARE, _adapt, choose_method  # noqa: E402
+from stan_dp.auto import MCMC_ADAPTATION_SHARE, _adapt, choose_method, rounds_over_dispersed  # noqa: E402
 from stan_dp.density import prior_gradient  # noqa: E402
-from stan_dp.honesty import over_dispersed  # noqa: E402
 from stan_dp.information_floor import unconstrained_draws  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,8 +191,7 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "rounds": len(newton), "method": method,
            "checked": int(result.checked),
            "dispersion": float(result.dispersion) if np.isfinite(result.dispersion) else None,
-           "over_dispersed": bool(result.settled and over_dispersed(result.dispersion, d,
-                                                                    result.rounds_averaged))}
+           "over_dispersed": rounds_over_dispersed(result)}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)

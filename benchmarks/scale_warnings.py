@@ -15,7 +15,7 @@ Usage: ``python benchmarks/scale_warnings.py [--cells 1000:16 10000:4 ...] [--da
 from __future__ import annotations
 
 import argparse
-import math
+import sys
 import warnings
 from pathlib import Path
 
@@ -23,18 +23,10 @@ import numpy as np
 
 import stan_dp
 
-PROGRAM = Path(__file__).resolve().parent.parent / "tests" / "stan" / "normal_scale.stan"
-
-
-def exact_sigma(y: np.ndarray) -> tuple[float, float]:
-    """Posterior mean and sd of ``sigma`` under flat priors (grid quadrature)."""
-    n, ss = y.size, float(np.sum((y - y.mean()) ** 2))
-    centre = math.sqrt(ss / (n - 2))
-    grid = np.linspace(0.7 * centre, 1.4 * centre, 20001)
-    logp = -(n - 1) * np.log(grid) - ss / (2.0 * grid**2)
-    p = np.exp(logp - logp.max())
-    mean = np.trapezoid(grid * p, grid) / np.trapezoid(p, grid)
-    return float(mean), float(math.sqrt(np.trapezoid((grid - mean) ** 2 * p, grid) / np.trapezoid(p, grid)))
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+PROGRAM = TESTS / "stan" / "normal_scale.stan"
+sys.path.insert(0, str(TESTS))
+from densities import flat_prior_sigma_posterior  # noqa: E402  (the tests' oracle, one copy)
 
 
 def cell(n: int, epsilon: float, data_seeds: list[int], noise_seeds: list[int]) -> dict[str, list]:
@@ -43,7 +35,7 @@ def cell(n: int, epsilon: float, data_seeds: list[int], noise_seeds: list[int]) 
     for data_seed in data_seeds:
         y = np.random.default_rng(data_seed).normal(170.0, 10.0, n)
         model = stan_dp.RowModel(PROGRAM, {"N": n, "y": y})
-        mean, sd = exact_sigma(y)
+        mean, sd = flat_prior_sigma_posterior(y)
         for seed in noise_seeds:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

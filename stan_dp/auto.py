@@ -225,6 +225,14 @@ def _adaptation_plan(epsilon: float, delta: float, share: float, settings: Adapt
     return settings, budget_m, adaptation_releases(budget_m, settings, n_public, dim)
 
 
+def rounds_over_dispersed(result: AdaptationResult) -> bool:
+    """A settled pool whose rounds disagree far beyond their noise (:func:`stan_dp.honesty
+    .over_dispersed`): the widening covers their scatter, not a shift they share, and the Gaussian
+    approximation says so (``attrs["rounds_over_dispersed"]``)."""
+    return bool(result.settled and over_dispersed(result.dispersion, result.mode.size,
+                                                  result.rounds_averaged))
+
+
 def _log_transformed(model: Any) -> bool:
     """Whether the model's program declares a parameter with a lower bound only (public; models
     without a program, such as NumPy row densities, say no).
@@ -234,11 +242,10 @@ def _log_transformed(model: Any) -> bool:
     it as that skew's tail scale (:func:`~stan_dp.adaptation.result.scale_bias_per_row`).  Paired
     runs (``adaptation_trace.py``, 24 per cell, Stan against NUTS; docs/adaptation.md §3, "A scale
     or shape parameter raises the bound by default"): at 1,000 rows, epsilon = 4, `beta` 0.557,
-    Weibull 0.615, `earnings` 0.727,
-    gamma 0.755, Student-t 0.899 in the geometric mean of the worst error (each p < 0.01); the
-    GLMs without such a parameter, which lose from the raise where the forecast warns (a Poisson
-    GLM at 10^4 rows, epsilon = 1: 1.13, 1.34 with a predictor in metres), keep the rms-optimal
-    bound.
+    Weibull 0.615, `earnings` 0.727, gamma 0.755, Student-t 0.899 in the geometric mean of the
+    worst error (each p < 0.01); the GLMs without such a parameter, which lose from the raise where
+    the forecast warns (a Poisson GLM at 10^4 rows, epsilon = 1: 1.13, 1.34 with a predictor in
+    metres), keep the rms-optimal bound.
     """
     return bool(getattr(model, "log_transformed_parameters", ()))
 
@@ -493,10 +500,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     constrained, redrawn, left = _finite_gaussian_draws(model.constrain, result.mode, root_cov, rng,
                                                         chains, draws)
     noise = attrs["max_noise_sd_in_posterior_sds"]
-    # a settled pool whose rounds disagree far beyond their noise: the widening covers their
-    # scatter, not a shift they share (honesty.over_dispersed)
-    dispersed = bool(result.settled and over_dispersed(result.dispersion, result.mode.size,
-                                                       result.rounds_averaged))
+    dispersed = rounds_over_dispersed(result)
     attrs["rounds_over_dispersed"] = dispersed
     if attrs["noise_exceed_probability"] > EXCEED_PROBABILITY:
         if not result.settled:

@@ -26,6 +26,23 @@ def stan_test_model(name: str) -> Path:
     return TEST_MODELS / f"{name}.stan"
 
 
+@pytest.fixture
+def search_result(monkeypatch):
+    """A dict whose ``"result"`` is the :class:`~stan_dp.adaptation.result.AdaptationResult` of the
+    latest private search ``stan_dp.sample`` ran (its ``auto.private_mode`` wrapped, not changed)."""
+    import stan_dp.auto as auto
+
+    captured: dict = {}
+    real = auto.private_mode
+
+    def keep(*args, **kwargs):
+        captured["result"] = result = real(*args, **kwargs)
+        return result
+
+    monkeypatch.setattr(auto, "private_mode", keep)
+    return captured
+
+
 @pytest.fixture(scope="session")
 def compiled():
     """Compile (or fetch from the cache) a model by path, once per session."""

@@ -8,6 +8,8 @@
 * :class:`Untouchable` — wraps a density and raises if the data is touched.
 * :class:`NormalMeanExpFamily`, :class:`NormalMeanScaleExpFamily` — the same
   models written on summed sufficient statistics.
+* :func:`flat_prior_sigma_posterior` — the exact posterior of ``sigma`` in
+  ``tests/stan/normal_scale.stan`` (also read by ``benchmarks/scale_warnings.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,21 @@ from __future__ import annotations
 import numpy as np
 
 LOG_2PI = float(np.log(2 * np.pi))
+
+
+def flat_prior_sigma_posterior(y: np.ndarray) -> tuple[float, float]:
+    """Posterior mean and sd of ``sigma`` in ``y_i ~ N(mu, sigma^2)`` with flat priors on ``mu``
+    and ``sigma > 0``: ``p(sigma | y) ~ sigma^-(n-1) exp(-S / (2 sigma^2))`` (``mu`` integrated
+    out, ``S`` the sum of squares about the mean), by quadrature on a grid of 20,001 points."""
+    y = np.asarray(y, dtype=float)
+    n, ss = y.size, float(np.sum((y - y.mean()) ** 2))
+    centre = np.sqrt(ss / (n - 2))
+    grid = np.linspace(0.7 * centre, 1.4 * centre, 20001)
+    logp = -(n - 1) * np.log(grid) - ss / (2.0 * grid**2)
+    p = np.exp(logp - logp.max())
+    mass = np.trapezoid(p, grid)
+    mean = np.trapezoid(grid * p, grid) / mass
+    return float(mean), float(np.sqrt(np.trapezoid((grid - mean) ** 2 * p, grid) / mass))
 
 
 class DataTouched(AssertionError):

@@ -188,28 +188,20 @@ def test_sample_turns_it_on_exactly_where_the_forecast_does_not_warn(n, epsilon,
 
 
 @pytest.mark.parametrize("epsilon", [1.0, 4.0])
-def test_the_tail_term_enters_the_reported_bias_exactly_where_the_bound_is_not_adaptive(epsilon, monkeypatch):
+def test_the_tail_term_enters_the_reported_bias_exactly_where_the_bound_is_not_adaptive(epsilon, search_result):
     """Where the forecast warns (epsilon 1 here) the bound is not adaptive and the reported bias adds
     the bound for each row beyond twice it (one count-noise sd below the released count); where it
     does not (epsilon 4), the count-calibrated figure alone.  Oracle: the formula from the result's
     released fields.  Data: the Poisson GLM with standardised log-normal predictors of
     ``test_auto`` (10-23 rows beyond twice the bound at the exact mode, many more at the private
     mode they pull), so that the tail term is not zero."""
-    import stan_dp.auto as auto
     from test_auto import PoissonGLM
 
     rng = np.random.default_rng(0)
     z = (rng.lognormal(0.0, 1.0, size=(N, 5)) - np.exp(0.5)) / np.sqrt((np.e - 1) * np.e)
     model = PoissonGLM(z, rng.poisson(np.exp(1.0 + 0.3 * (z @ np.linspace(-0.8, 0.8, 5)))))
 
-    captured = {}
-    real = auto.private_mode
-
-    def keep(*args, **kwargs):
-        captured["result"] = result = real(*args, **kwargs)
-        return result
-
-    monkeypatch.setattr(auto, "private_mode", keep)
+    captured = search_result
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=3, draws=20)

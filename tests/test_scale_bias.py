@@ -20,8 +20,8 @@ import pytest
 from scipy import optimize
 
 import stan_dp
-import stan_dp.auto as auto
 from conftest import bundled, logistic_data, stan_test_model
+from densities import flat_prior_sigma_posterior
 from stan_dp.adaptation.result import BIAS_PER_CLIPPED_ROW_HIGH, scale_bias_per_row
 
 
@@ -67,20 +67,8 @@ def test_a_clipped_scale_row_biases_by_about_the_tail_scale():
     assert 1.2 * math.sqrt(2.0) / 4.5 > BIAS_PER_CLIPPED_ROW_HIGH   # at the usual bounds it is larger
 
 
-def _captured(monkeypatch):
-    captured = {}
-    real = auto.private_mode
-
-    def keep(*args, **kwargs):
-        captured["result"] = result = real(*args, **kwargs)
-        return result
-
-    monkeypatch.setattr(auto, "private_mode", keep)
-    return captured
-
-
-def test_the_program_decides_which_bias_per_row_is_reported(compiled, monkeypatch):
-    captured = _captured(monkeypatch)
+def test_the_program_decides_which_bias_per_row_is_reported(compiled, search_result):
+    captured = search_result
     y = np.random.default_rng(0).normal(170.0, 10.0, 1000)
     scale = stan_dp.RowModel(compiled(stan_test_model("normal_scale")), {"N": y.size, "y": y})
     assert scale.log_transformed_parameters == ("sigma",)
@@ -105,18 +93,6 @@ def test_the_program_decides_which_bias_per_row_is_reported(compiled, monkeypatc
     assert fit.attrs["clipping_bias_bound"] == pytest.approx(result.clipping_bias_bound)
 
 
-def _exact_sigma(y: np.ndarray) -> tuple[float, float]:
-    """Posterior mean and sd of ``sigma`` under flat priors, by quadrature of
-    ``sigma^-(n-1) exp(-S / (2 sigma^2))``."""
-    n, ss = y.size, float(np.sum((y - y.mean()) ** 2))
-    centre = math.sqrt(ss / (n - 2))
-    grid = np.linspace(0.7 * centre, 1.4 * centre, 20001)
-    logp = -(n - 1) * np.log(grid) - ss / (2.0 * grid**2)
-    p = np.exp(logp - logp.max())
-    mean = np.trapezoid(grid * p, grid) / np.trapezoid(p, grid)
-    return float(mean), float(math.sqrt(np.trapezoid((grid - mean) ** 2 * p, grid) / np.trapezoid(p, grid)))
-
-
 @pytest.mark.parametrize("n, data_seed", [(1000, 1), (200, 0)])
 def test_a_run_that_clipping_left_half_a_sd_off_in_sigma_warns(n, data_seed, compiled):
     """Heights in cm (170 +- 10), epsilon = 16: the raised bound still clips rows whose ``z^2 - 1``
@@ -125,7 +101,7 @@ def test_a_run_that_clipping_left_half_a_sd_off_in_sigma_warns(n, data_seed, com
     0.72 sds off; at 200 rows data set 0, seed 7, 0.64); each such run must warn."""
     y = np.random.default_rng(data_seed).normal(170.0, 10.0, n)
     model = stan_dp.RowModel(compiled(stan_test_model("normal_scale")), {"N": n, "y": y})
-    mean, sd = _exact_sigma(y)
+    mean, sd = flat_prior_sigma_posterior(y)
     misses = 0
     for seed in range(1, 9):
         with warnings.catch_warnings(record=True) as caught:
