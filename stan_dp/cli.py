@@ -354,7 +354,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from stan_dp.report import stan_summary
 
     fit = reference_fit(args.model, args.data, chains=args.chains, draws=args.draws,
-                        warmup=args.warmup, seed=args.seed, backend=args.backend)
+                        warmup=args.warmup, seed=args.seed, backend=args.backend,
+                        init_radius=args.init_radius)
     print(stan_summary(fit).to_string())  # Stan's 1-based names, as compare prints them
     print(f"backend: {fit.posterior.attrs.get('backend', 'unknown')} (non-private)")
     if args.output:
@@ -541,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("--warmup", type=_nonnegative_int, default=1000)
     ref.add_argument("--seed", type=_nonnegative_int, default=None)
     ref.add_argument("--backend", default="auto", choices=["auto", "cmdstan", "offline"])
+    ref.add_argument("--init-radius", type=float, default=2.0,
+                     help="chains start uniformly on (-R, R) in unconstrained space, as CmdStan's "
+                          "init=R (default 2; 0 starts every chain at 0)")
     ref.add_argument("--output", default=None, help="write the fit as netCDF (e.g. ref.nc)")
     ref.set_defaults(func=cmd_reference)
 

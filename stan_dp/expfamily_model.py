@@ -46,7 +46,7 @@ import numpy as np
 import stanio
 
 from stan_dp.data import check_row_count, load_data
-from stan_dp.model import _as_library
+from stan_dp.model import TEST_POINT_RADII, _as_library, test_points
 from stan_dp.params import ParamLayout
 
 logger = logging.getLogger(__name__)
@@ -487,7 +487,8 @@ class StanExpFamilyModel:
     def check_affine(self, points: int = 4, stats: int = 3, seed: int = 20240601) -> None:
         """Verify ``lp(N = n, S; θ) − prior(θ) == a(θ) + φ(θ)ᵀ S`` at random θ and S.
 
-        θ is drawn uniformly on (−2, 2) in unconstrained space and each
+        θ is drawn uniformly on (−2, 2) in unconstrained space (then on narrower
+        boxes, :func:`stan_dp.model.test_points`) and each
         coordinate of S normally with sd ``max(1, n)``; no data are read.
         Points where the log density is not finite are skipped; at least one
         finite point is required.
@@ -504,8 +505,7 @@ class StanExpFamilyModel:
         instances = [self._instance(self.n_rows, s, f"a check instance with random {self.stat_var}")
                      for s in draws]
         checked = 0
-        for _ in range(8 * points):
-            theta = rng.uniform(-2.0, 2.0, size=self.dim)
+        for theta in test_points(rng, self.dim, 8 * points):
             prior = _lp(self._prior, theta)
             base = _lp(self._base, theta)
             if not (np.isfinite(prior) and np.isfinite(base)):
@@ -530,5 +530,5 @@ class StanExpFamilyModel:
                 return
         raise ExpFamilyModelError(
             "could not verify affinity in the statistic: the log density was not finite at any "
-            "test point drawn uniformly on (-2, 2) in unconstrained space"
+            f"test point drawn uniformly on (-r, r) in unconstrained space, r in {TEST_POINT_RADII}"
         )

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -247,7 +248,7 @@ def columns_to_groups(
 
 def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seeded: bool,
            chains: int, draws: int, warmup: int, adapt_delta: float,
-           max_treedepth: int) -> dict[str, Any]:
+           max_treedepth: int, init_radius: float) -> dict[str, Any]:
     from stan_dp.version import __version__
 
     return {
@@ -263,12 +264,13 @@ def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seede
         "warmup": warmup,
         "adapt_delta": adapt_delta,
         "max_treedepth": max_treedepth,
+        "init_radius": init_radius,
         "stan_dp_version": __version__,
     }
 
 
 def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, chains: int,
-                 draws: int, warmup: int, adapt_delta: float, max_treedepth: int,
+                 draws: int, warmup: int, adapt_delta: float, max_treedepth: int, init_radius: float,
                  parallel_chains: int, progress: bool, cache_dir: Any) -> Any:
     from stan_dp.progress import Progress
     from stan_dp.native import nuts
@@ -286,11 +288,13 @@ def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, ch
     try:
         out = nuts.run_nuts(
             lib, data_json, seed=seed, chains=chains, warmup=warmup, draws=draws,
-            settings=nuts.NutsSettings(delta=adapt_delta, max_depth=max_treedepth),
+            settings=nuts.NutsSettings(delta=adapt_delta, max_depth=max_treedepth, init_radius=init_radius),
             threads=parallel_chains, on_progress=on_progress,
         )
     except nuts.NutsDataError as exc:
         raise ValueError(f"the data do not fit {stan_path.name}: {exc}") from None
+    except nuts.NutsError as exc:
+        raise nuts.NutsError(f"{exc}{_init_hint(str(exc), init_radius)}") from None
     finally:
         bar.close()
     for line in out.messages.splitlines():
@@ -298,7 +302,7 @@ def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, ch
     posterior, stats = columns_to_groups(out.names, out.values)
     attrs = _attrs(backend="offline", stan_version=nuts.stan_version(lib), stan_path=stan_path,
                    seed=seed, seeded=seeded, chains=chains, draws=draws, warmup=warmup,
-                   adapt_delta=adapt_delta, max_treedepth=max_treedepth)
+                   adapt_delta=adapt_delta, max_treedepth=max_treedepth, init_radius=init_radius)
     return build_inference_data(posterior, stats, warmup=warmup, attrs=attrs)
 
 
@@ -307,6 +311,16 @@ def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, ch
 _CMDSTAN_DATA_ERRORS = ("processing stage=data initialization", "variable name=",
                         "variable does not exist", "Error reading", "mismatch in dimension",
                         "mismatch in number dimensions", "int variable contained non-int values")
+
+
+def _init_hint(message: str, init_radius: float) -> str:
+    """What to add to Stan's report when no chain could start (empty otherwise)."""
+    if "Initialization failed" not in message or init_radius == 0.0:
+        return ""
+    return (f"\nstan_dp: no chain found a finite log density at uniform draws on "
+            f"(-{init_radius:g}, {init_radius:g}) in unconstrained space; init_radius=0 "
+            "(stan-dp reference --init-radius 0) starts every chain at 0, where stan_dp's "
+            "private search starts")
 
 
 def cmdstan_model_file(stan_path: Path, root: Path | None,
@@ -334,7 +348,7 @@ def cmdstan_model_file(stan_path: Path, root: Path | None,
 
 
 def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains: int,
-                 draws: int, warmup: int, adapt_delta: float, max_treedepth: int,
+                 draws: int, warmup: int, adapt_delta: float, max_treedepth: int, init_radius: float,
                  parallel_chains: int, progress: bool, cache_dir: Any = None) -> Any:
     import cmdstanpy
 
@@ -357,7 +371,7 @@ def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains:
             fit = model.sample(
                 data=data, chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
                 save_warmup=warmup > 0, adapt_delta=adapt_delta, max_treedepth=max_treedepth,
-                parallel_chains=parallel_chains, show_progress=progress,
+                inits=init_radius, parallel_chains=parallel_chains, show_progress=progress,
             )
         except RuntimeError as exc:
             text = str(exc)
@@ -365,7 +379,8 @@ def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains:
                 detail = next((line.strip() for line in text.splitlines()
                                if any(p in line for p in _CMDSTAN_DATA_ERRORS)), text)
                 raise ValueError(f"the data do not fit {stan_path.name}: {detail}") from None
-            raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}") from exc
+            raise RuntimeError(f"CmdStan failed on {stan_path.name}: {exc}"
+                               f"{_init_hint(text, init_radius)}") from exc
         version = cmdstan_version_string(root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -373,7 +388,7 @@ def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains:
     attrs = netcdf_safe_attrs(_attrs(
         backend="cmdstan", stan_version=version, stan_path=stan_path, seed=seed,
         seeded=seeded, chains=chains, draws=draws, warmup=warmup, adapt_delta=adapt_delta,
-        max_treedepth=max_treedepth))
+        max_treedepth=max_treedepth, init_radius=init_radius))
     idata.attrs.update(attrs)
     for group in idata.groups():
         idata[group].attrs.update(attrs)
@@ -391,6 +406,7 @@ def reference_fit(
     backend: str = "auto",
     adapt_delta: float = 0.8,
     max_treedepth: int = 10,
+    init_radius: float = 2.0,
     parallel_chains: int | None = None,
     progress: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -427,6 +443,14 @@ def reference_fit(
         Target acceptance statistic of step-size adaptation, in (0, 1).
     max_treedepth : int
         Maximum NUTS tree depth.
+    init_radius : float
+        CmdStan's ``init=R``: each chain starts at a uniform draw on ``(-R, R)``
+        in unconstrained space; 0 starts every chain at 0 (bounded parameters
+        at the middle of their range, positive ones at 1, where stan_dp's
+        private search starts).  Lower it when Stan reports "Rejecting initial
+        value": a probit regression ``bernoulli(Phi(a + b * dist))`` with a
+        distance in metres has a log density of -inf nearly everywhere on
+        ``(-2, 2)``, and no chain could start there.
     parallel_chains : int, optional
         Chains run at the same time; default ``min(chains, os.cpu_count())``.
         Results do not depend on it.
@@ -473,6 +497,10 @@ def reference_fit(
             or not 0.0 < float(adapt_delta) < 1.0:
         raise ValueError(f"adapt_delta must be a number in (0, 1), got {adapt_delta!r}")
     adapt_delta = float(adapt_delta)
+    if isinstance(init_radius, bool) or not isinstance(init_radius, (int, float, np.floating)) \
+            or not 0.0 <= float(init_radius) < math.inf:
+        raise ValueError(f"init_radius must be a finite number >= 0, got {init_radius!r}")
+    init_radius = float(init_radius)
     if parallel_chains is None:
         parallel_chains = min(chains, os.cpu_count() or 1)
     parallel_chains = _positive_int(parallel_chains, "parallel_chains")
@@ -485,7 +513,7 @@ def reference_fit(
         np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
     chosen = _choose_backend(backend)
     settings = dict(seed=used_seed, seeded=fixed_seed is not None, chains=chains, draws=draws, warmup=warmup,
-                    adapt_delta=adapt_delta, max_treedepth=max_treedepth,
+                    adapt_delta=adapt_delta, max_treedepth=max_treedepth, init_radius=init_radius,
                     parallel_chains=parallel_chains, progress=progress)
     if chosen == "cmdstan":
         cmdstan_data = str(Path(data).expanduser()) if isinstance(data, (str, os.PathLike)) \

@@ -197,6 +197,9 @@ def test_interrupt_stops_the_chains(caplog):
         (dict(seed="1"), "seed must be None or an integer"),
         (dict(adapt_delta=1.0), "adapt_delta must be a number in"),
         (dict(max_treedepth=0), "max_treedepth must be at least 1"),
+        (dict(init_radius=-1.0), "init_radius must be a finite number >= 0"),
+        (dict(init_radius=float("inf")), "init_radius must be a finite number >= 0"),
+        (dict(init_radius=True), "init_radius must be a finite number >= 0"),
         (dict(parallel_chains=0), "parallel_chains must be at least 1"),
     ],
 )
