@@ -6,6 +6,7 @@ Compiled libraries go to the per-user cache (``STAN_DP_CACHE`` or
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,13 @@ def bundled(name: str) -> Path:
 def stan_test_model(name: str) -> Path:
     """Path of a test-only model."""
     return TEST_MODELS / f"{name}.stan"
+
+
+def plain_curvature_weights(pool, frame):
+    """``pooling.curvature_weights`` as the pool had it before it weighed the rounds by their noise in
+    the current frame: the plain mean, with the noise sd of one frame (for counterfactual tests)."""
+    k = len(pool)
+    return np.full(k, 1.0 / k), math.sqrt(float(np.mean([r["sd_h"] ** 2 for r in pool])) / k)
 
 
 @pytest.fixture

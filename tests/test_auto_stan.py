@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 import pytest
 
+import densities
 import stan_dp
 from conftest import stan_test_model
 from stan_dp.adaptation import AdaptationSettings, initial_frame
@@ -107,6 +108,41 @@ def test_uniform_bounded_coefficients(compiled):
     target = max(3 * information_floor(model, ref, 4.0, 1e-5), 0.5)
     assert worst <= target or warned, (worst, target)
     assert worst <= 1.0
+
+
+def test_a_predictor_far_from_zero_is_reached_along_its_ridge_and_its_error_is_claimed(compiled, monkeypatch):
+    """``y ~ normal(alpha + beta * year, sigma)`` with ``year`` in 1970-1982 (intercept-slope
+    correlation about -0.99999), flat priors, 1,000 rows, epsilon = 16, against the exact posterior.
+    The rounds widen their frame along the ridge over many rounds; when the pool averaged the
+    curvatures of rounds made in frames far narrower there (with one frame's noise level), it
+    stopped 4.8 sds along the ridge while the run claimed 0.38-0.48 sds of noise and bias
+    (``pooling.curvature_weights`` now leaves such rounds out: 0.33-0.37, claimed 0.68-0.74)."""
+    from conftest import plain_curvature_weights
+    from stan_dp.adaptation import pooling
+
+    n = 1000
+    rng = np.random.default_rng(0)
+    x = rng.integers(1970, 1983, n).astype(float)
+    y = -120 + 0.075 * x + rng.normal(0, 3, n)
+    mean, sd = densities.NormalRegression(np.column_stack([np.ones(n), x]), y).exact()
+    model = stan_dp.RowModel(compiled(stan_test_model("scale_flat")), {"N": n, "x": x, "y": y})
+
+    def run(seed):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=seed, progress=False)
+        est = np.array([float(fit.posterior[v].mean()) for v in ("alpha", "beta")]
+                       + [float(np.log(fit.posterior["sigma"]).mean())])
+        claimed = fit.attrs["max_noise_sd_in_posterior_sds"] + fit.attrs["clipping_bias_bound"]
+        return float(np.max(np.abs(est - mean) / sd)), claimed
+
+    for seed in (2, 3):
+        error, claimed = run(seed)
+        assert error < claimed and error < 1.0, (seed, error, claimed)
+    monkeypatch.setattr(pooling, "curvature_weights", plain_curvature_weights)
+    for seed in (2, 3):
+        error, claimed = run(seed)
+        assert error > 4.0 and error > 5 * claimed, (seed, error, claimed)
 
 
 def test_probit_with_a_distance_in_metres(compiled):

@@ -78,7 +78,8 @@ def _wide_pool(rounds: int, sd_h: float, read: float) -> tuple[list[dict], np.nd
     inv = np.linalg.inv(frame)
     released = np.diag([1.0, 1.0, read])   # in the frame
     pool = [{"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": frame @ frame.T / 0.01,
-             "hess": inv.T @ released @ inv, "prior_hess": np.zeros((d, d)), "sd_h": sd_h,
+             "hess": inv.T @ released @ inv, "prior_hess": np.zeros((d, d)), "sd_h": sd_h, "frame": frame,
+             "data_coordinates": np.ones(d, dtype=bool),
              "hess_diag_sd": pooling.curvature_diagonal_sd(sd_h, inv)} for _ in range(rounds)]
     return pool, frame
 

@@ -134,7 +134,8 @@ def test_rowless_coordinates_are_held_even_where_the_pooled_noise_hides_the_prio
 def test_pooled_curvature_noise_follows_each_rounds_frame():
     """The diagonal noise sd of the pooled data curvature (theta space), rounds released in
     different frames, against a simulation of the release's noise (diagonal sd s, off-diagonal
-    s / sqrt(2), mirrored; ``releases.clipped_matrix_sum``) mapped by each round's frame.
+    s / sqrt(2), mirrored; ``releases.clipped_matrix_sum``) mapped by each round's frame and
+    averaged with the pool's weights.
     20,000 draws: the sd's Monte Carlo error is 0.5 %; tolerance 3 %."""
     rng = np.random.default_rng(3)
     d, reps = 4, 20_000
@@ -146,24 +147,30 @@ def test_pooled_curvature_noise_follows_each_rounds_frame():
     for a, s in zip(frames, sds):
         inv = np.linalg.inv(a)
         pool.append({"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": np.eye(d),
-                     "hess": np.eye(d), "prior_hess": np.zeros((d, d)), "sd_h": s,
+                     "hess": np.eye(d), "prior_hess": np.zeros((d, d)), "sd_h": s, "frame": a,
+                     "data_coordinates": np.ones(d, dtype=bool),
                      "hess_diag_sd": pooling.curvature_diagonal_sd(s, inv)})
     pooled = pooling._pooled_estimate(pool, frames[-1])
-    total = np.zeros((reps, d))
+    weights, _ = pooling.curvature_weights(pool, frames[-1])   # tests/test_curvature_weights.py
     iu = np.triu_indices(d)
+    noises = []
     for a, s in zip(frames, sds):
         inv = np.linalg.inv(a)
         upper = rng.normal(size=(reps, iu[0].size)) * np.where(iu[0] == iu[1], s, s / np.sqrt(2))
         e = np.zeros((reps, d, d))
         e[:, iu[0], iu[1]] = upper
         e = e + np.triu(e, 1).transpose(0, 2, 1)
-        total += np.einsum("ki,rkl,lj->rij", inv, e, inv)[:, range(d), range(d)]
-    simulated = (total / len(frames)).std(axis=0)
+        noises.append(np.einsum("ki,rkl,lj->rij", inv, e, inv)[:, range(d), range(d)])
+    simulated = np.einsum("k,kri->ri", weights, np.array(noises)).std(axis=0)
     np.testing.assert_allclose(pooled.data_curvature_diag_sd, simulated, rtol=0.03)
-    # the final frame's entry sd alone understates the first coordinate's noise 100-fold
-    pooled_entry_sd = np.sqrt(np.mean(np.square(sds)) / len(sds))   # as if all in the last frame
-    naive = pooling.curvature_diagonal_sd(pooled_entry_sd, np.linalg.inv(frames[-1]))
-    assert naive[0] < 0.1 * simulated[0]
+    # the first round's frame is 10 times narrower along the first coordinate: the plain mean
+    # carried its noise there (as the pool did before it weighed the rounds), and the final frame's
+    # entry sd alone understated that 10-fold
+    plain = np.mean(noises, axis=0).std(axis=0)
+    assert plain[0] > 5 * simulated[0]
+    entry_sd = np.sqrt(np.mean(np.square(sds)) / len(sds))   # as if all in the last frame
+    naive = pooling.curvature_diagonal_sd(entry_sd, np.linalg.inv(frames[-1]))
+    assert naive[0] < 0.1 * plain[0]
 
 
 def test_every_run_on_the_varying_intercept_is_warned_or_accurate():

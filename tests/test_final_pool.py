@@ -24,7 +24,7 @@ from scipy import optimize, stats
 
 import densities
 import stan_dp
-from conftest import stan_test_model
+from conftest import plain_curvature_weights, stan_test_model
 from stan_dp.adaptation import newton, pooling
 
 D, K = 3, 8
@@ -52,6 +52,7 @@ def _rounds(layout, rng: np.random.Generator, lag: np.ndarray | None = None) -> 
             grad = grad + H @ lag[k]
         out.append({"theta": theta, "grad": grad, "grad_precision": frame @ frame.T / s**2,
                     "hess": H.copy(), "prior_hess": np.zeros((D, D)), "sd_h": 1e-9,
+                    "frame": frame, "data_coordinates": np.ones(D, dtype=bool),
                     "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, inv)})
     return out
 
@@ -258,6 +259,10 @@ def test_a_regression_on_an_uncentred_predictor_keeps_its_search_pool(compiled, 
         return float(np.max(np.abs(est - mean) / sd)), claimed
 
     new = [worst(seed) for seed in (0, 1)]
+    # the counterfactual needs the pool's curvature as it was then too (every round's curvature in
+    # the mean): leaving out the rounds made in frames much narrower than the current one keeps these
+    # runs at 3.4-4.1 sds (claimed 5.7) with or without the disagreement test
+    monkeypatch.setattr(pooling, "curvature_weights", plain_curvature_weights)
     monkeypatch.setattr(pooling, "_rounds_agree", lambda rounds, frame: True)
     old = [worst(seed) for seed in (0, 1)]
     assert all(error > 20.0 for error, _ in old), old

@@ -52,6 +52,7 @@ def _pool(rng: np.random.Generator, outlier: float = 0.0) -> tuple[list[dict], l
             grad += H @ (outlier * direction)
         pool.append({"theta": theta, "grad": grad, "grad_precision": frame @ frame.T / s**2,
                      "hess": H.copy(), "prior_hess": np.zeros((D, D)), "sd_h": 1e-9,
+                     "frame": frame, "data_coordinates": np.ones(D, dtype=bool),
                      "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, inv)})
         covs.append(cov)
     return pool, covs
@@ -134,7 +135,8 @@ def test_paule_mandel_root_against_a_scalar_solver():
     frame = root / np.sqrt(v)          # A A' = H^-1 / v: the one-step noise covariance is v H^-1
     steps = MODE + 3.0 * (root @ rng.normal(size=(D, K))).T      # dispersed: sd 3 posterior sds
     pool = [{"theta": e, "grad": np.zeros(D), "grad_precision": frame @ frame.T, "hess": H.copy(),
-             "prior_hess": np.zeros((D, D)), "sd_h": 1e-9,
+             "prior_hess": np.zeros((D, D)), "sd_h": 1e-9, "frame": frame,
+             "data_coordinates": np.ones(D, dtype=bool),
              "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, np.linalg.inv(frame))} for e in steps]
     pooled = pooling._pooled_estimate(pool, np.eye(D), random_effects=True)
     dof = D * (K - 1)
@@ -193,7 +195,11 @@ def test_the_next_frame_widens_no_direction_by_more_than_the_cap_and_nothing_els
 def test_the_earnings_like_run_whose_pooled_frame_ran_away_now_settles():
     """The seed that motivated the cap (1,059 rows, epsilon = 4): its pooled frame grew 1.5-1.7
     times a round past the posterior's scale and the run ended 6,090 sds off (warned); capped it
-    ends 2.5.  Uncapped (a growth cap of 1e6) the runaway is still there, so this is the cap."""
+    ends 1.2.  Either guard stops the runaway: the cap, or the pool leaving out the rounds whose
+    curvature noise in the current frame is beyond four times the least (``pooling.curvature_weights``;
+    seeds 508-511 end 1.2-2.2 sds off with the cap, 1.3-2.3 without).  With the plain mean of the rounds' curvatures (the
+    rule before the weights) and no cap (a growth cap of 1e6) the runaway is still there."""
+    from conftest import plain_curvature_weights
     from test_step_gain import _earnings_like, _fit
 
     model = _earnings_like(1059, 8)
@@ -205,12 +211,14 @@ def test_the_earnings_like_run_whose_pooled_frame_ran_away_now_settles():
         return float(np.max(np.abs(est - mean) / sd))
 
     assert worst(_fit(model, 4.0, 508)) < 5.0
-    original = pooling.POOL_FRAME_GROWTH
+    original, weights = pooling.POOL_FRAME_GROWTH, pooling.curvature_weights
     try:
         pooling.POOL_FRAME_GROWTH = 1e6
+        assert worst(_fit(model, 4.0, 508)) < 5.0
+        pooling.curvature_weights = plain_curvature_weights
         assert worst(_fit(model, 4.0, 508)) > 100.0
     finally:
-        pooling.POOL_FRAME_GROWTH = original
+        pooling.POOL_FRAME_GROWTH, pooling.curvature_weights = original, weights
 
 
 def _round(theta, one_step, s=1.0):
@@ -219,7 +227,8 @@ def _round(theta, one_step, s=1.0):
     d = theta.size
     return {"theta": theta, "grad": np.asarray(one_step, dtype=float) - theta,
             "grad_precision": np.eye(d) / s**2, "hess": np.eye(d), "prior_hess": np.zeros((d, d)),
-            "sd_h": 1e-9, "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, np.eye(d))}
+            "sd_h": 1e-9, "frame": np.eye(d), "data_coordinates": np.ones(d, dtype=bool),
+            "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, np.eye(d))}
 
 
 def test_a_round_leaves_the_pool_only_if_it_is_far_from_what_is_left_as_well():

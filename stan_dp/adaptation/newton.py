@@ -376,6 +376,7 @@ def private_mode(
                              "grad_precision": frame @ frame.T / sd_g**2,
                              "hess": inv_frame.T @ h_rel @ inv_frame,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h,
+                             "frame": used_frame, "data_coordinates": data_coordinates,
                              "hess_diag_sd": curvature_diagonal_sd(sd_h, inv_frame)})
                 streak.append(pool[-1])
                 pooled = _pooled_estimate(pool, frame)
