@@ -46,7 +46,7 @@ import numpy as np
 import stanio
 
 from stan_dp.data import check_row_count, load_data
-from stan_dp.model import TEST_POINT_RADII, _as_library, test_points
+from stan_dp.model import CHECK_POINT_RADII, _as_library, check_points
 from stan_dp.params import ParamLayout
 
 logger = logging.getLogger(__name__)
@@ -488,7 +488,7 @@ class StanExpFamilyModel:
         """Verify ``lp(N = n, S; θ) − prior(θ) == a(θ) + φ(θ)ᵀ S`` at random θ and S.
 
         θ is drawn uniformly on (−2, 2) in unconstrained space (then on narrower
-        boxes, :func:`stan_dp.model.test_points`) and each
+        boxes, :func:`stan_dp.model.check_points`) and each
         coordinate of S normally with sd ``max(1, n)``; no data are read.
         Points where the log density is not finite are skipped; at least one
         finite point is required.
@@ -505,7 +505,7 @@ class StanExpFamilyModel:
         instances = [self._instance(self.n_rows, s, f"a check instance with random {self.stat_var}")
                      for s in draws]
         checked = 0
-        for theta in test_points(rng, self.dim, 8 * points):
+        for theta in check_points(rng, self.dim, 8 * points):
             prior = _lp(self._prior, theta)
             base = _lp(self._base, theta)
             if not (np.isfinite(prior) and np.isfinite(base)):
@@ -530,5 +530,5 @@ class StanExpFamilyModel:
                 return
         raise ExpFamilyModelError(
             "could not verify affinity in the statistic: the log density was not finite at any "
-            f"test point drawn uniformly on (-r, r) in unconstrained space, r in {TEST_POINT_RADII}"
+            f"test point drawn uniformly on (-r, r) in unconstrained space, r in {CHECK_POINT_RADII}"
         )

@@ -47,13 +47,13 @@ DECOMPOSITION_RTOL = 1e-8
 #: from, widest first.  Stan initialises chains on (-2, 2); a probit regression with a predictor in
 #: metres, ``bernoulli(Phi(a + b * dist))``, has a log density of -inf nearly everywhere there
 #: (``Phi`` underflows where ``|b * dist|`` is beyond ~38) but is finite near 0, where stan_dp starts.
-TEST_POINT_RADII = (2.0, 0.2, 0.02, 0.002)
+CHECK_POINT_RADII = (2.0, 0.2, 0.02, 0.002)
 
 
-def test_points(rng: np.random.Generator, dim: int, per_radius: int) -> Iterator[np.ndarray]:
+def check_points(rng: np.random.Generator, dim: int, per_radius: int) -> Iterator[np.ndarray]:
     """Data-independent test points: ``per_radius`` uniform draws on ``(-r, r)^dim`` for each ``r`` of
-    :data:`TEST_POINT_RADII` in turn (the caller stops when it has checked enough finite ones)."""
-    for radius in TEST_POINT_RADII:
+    :data:`CHECK_POINT_RADII` in turn (the caller stops when it has checked enough finite ones)."""
+    for radius in CHECK_POINT_RADII:
         for _ in range(per_radius):
             yield rng.uniform(-radius, radius, size=dim)
 
@@ -579,7 +579,7 @@ class RowModel(ZeroRowPart):
         """Verify ``Σ row_log_lik + log_prior == log density`` at random points.
 
         The points are drawn uniformly on (−2, 2) in unconstrained space, then
-        on narrower boxes around 0 (:func:`test_points`; data-independent).
+        on narrower boxes around 0 (:func:`check_points`; data-independent).
         Points where the full log density is not finite are skipped; at least
         one finite point is required.
 
@@ -591,7 +591,7 @@ class RowModel(ZeroRowPart):
         """
         rng = np.random.default_rng(seed)
         checked = 0
-        for theta in test_points(rng, self.dim, 8 * points):
+        for theta in check_points(rng, self.dim, 8 * points):
             try:
                 full = self.bridge.log_density(theta, propto=False, jacobian=True)
             except RuntimeError:
@@ -633,7 +633,7 @@ class RowModel(ZeroRowPart):
                 return
         raise ModelDecompositionError(
             "could not verify the per-row decomposition: the log density was not finite "
-            f"at any test point drawn uniformly on (-r, r) in unconstrained space, r in {TEST_POINT_RADII}. "
+            f"at any test point drawn uniformly on (-r, r) in unconstrained space, r in {CHECK_POINT_RADII}. "
             "Check that the model's log density is finite near 0 in unconstrained space (all "
             "unconstrained parameters 0: bounded parameters at the middle of their range, positive ones "
             "at 1), where stan_dp starts"

@@ -117,3 +117,18 @@ def test_constraints_that_depend_on_rows_are_refused(compiled):
     data = {"N": 5, "y": np.linspace(-1, 1, 5)}
     with pytest.raises(ModelDecompositionError, match="constraints of the parameters depend on the row data"):
         RowModel(compiled(stan_test_model("bound_from_rows")), data)
+
+
+def test_check_points_shrink_towards_the_start():
+    """The load-time checks draw ``per_radius`` points from each box of ``CHECK_POINT_RADII`` in
+    turn, widest first, from the seeded stream alone (no data): a model finite only near 0 (a probit
+    regression in metres, ``tests/test_auto_stan.py``) still gets checked points."""
+    from stan_dp.model import CHECK_POINT_RADII, check_points
+
+    points = list(check_points(np.random.default_rng(0), 3, 5))
+    assert len(points) == 5 * len(CHECK_POINT_RADII)
+    for k, radius in enumerate(CHECK_POINT_RADII):
+        block = np.array(points[5 * k:5 * (k + 1)])
+        assert np.all(np.abs(block) < radius) and np.max(np.abs(block)) > radius / 10
+    again = list(check_points(np.random.default_rng(0), 3, 5))
+    assert all(np.array_equal(a, b) for a, b in zip(points, again))

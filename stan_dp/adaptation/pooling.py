@@ -245,7 +245,7 @@ def curvature_weights(pool: list[dict[str, Any]], frame: np.ndarray) -> tuple[np
     0.965 over 81 changed runs (docs/adaptation.md §3).
     """
     mask = np.asarray(pool[0]["data_coordinates"], dtype=bool)
-    if not mask.any():
+    if not mask.any():   # no coordinate's scale was found: compare every direction
         mask = np.ones_like(mask)
 
     def precision(a: np.ndarray) -> np.ndarray:
