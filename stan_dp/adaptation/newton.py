@@ -58,7 +58,9 @@ Steps (every data access a Gaussian release written to the ledger):
    strong signal.
 3. **Pool** the rounds whose Newton step is within a few posterior sds (plus
    its noise) of their point: their mean released curvature (in ``theta``
-   space, made positive definite once against the pooled noise) and their
+   space, made positive definite once against the pooled noise; a round made
+   in a frame much narrower than the current one is left out of the mean,
+   :func:`~stan_dp.adaptation.pooling.curvature_weights`) and their
    one-step estimates with it, precision-weighted (:func:`_pooled_estimate`);
    the search moves to the pooled estimate, and rounds far from it in its
    metric leave the pool.  Where that left at most half of the last run of

@@ -448,9 +448,11 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     """Pool near rounds: mean released curvature, then precision-weighted one-step estimates.
 
     The curvature is the mean of the rounds' released (symmetric, unprojected)
-    curvatures mapped to ``theta`` space, made positive definite once, in the
-    current frame, against the noise of that mean (so the projection's upward
-    bias is that of the pooled noise, not of one round's).  Each round gives
+    curvatures mapped to ``theta`` space (of the rounds :func:`curvature_weights`
+    keeps: those whose noise in the current frame is not far beyond the others'),
+    made positive definite once, in the current frame, against the noise of that
+    mean (so the projection's upward bias is that of the pooled noise, not of one
+    round's).  Each round gives
     ``e_k = theta_k + H^-1 g_k`` with noise covariance ``H^-1 S_k H^-1``,
     ``S_k^-1 = A_k A_k' / s_k^2`` (the gradient release is isotropic in its
     frame ``A_k``); they are averaged with weights ``H S_k^-1 H``.
