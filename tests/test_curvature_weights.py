@@ -83,8 +83,8 @@ def test_a_frame_widening_along_a_coordinate_no_row_depends_on_keeps_the_rounds(
     d, s = 3, 0.1
     current = np.diag([1.0, 1.0, 3.0])
     frames = [np.diag([1.0, 1.0, 3.0 / r]) for r in (12.0, 4.0, 1.4, 1.0)]
-    rowless = np.array([True, True, False])
-    weights, sd = pooling.curvature_weights([_round(a, s, rowless) for a in frames], current)
+    depends = np.array([True, True, False])   # the rows depend on the first two coordinates
+    weights, sd = pooling.curvature_weights([_round(a, s, depends) for a in frames], current)
     np.testing.assert_allclose(weights, 0.25)
     assert math.isclose(sd, s / 2.0, rel_tol=1e-12)
     weights, _ = pooling.curvature_weights([_round(a, s) for a in frames], current)
