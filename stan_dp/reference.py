@@ -540,25 +540,21 @@ def _warn_convergence(idata: Any) -> None:
     posterior sds instead of about 0.15.  ``compare`` already refuses to trust such a reference;
     this says so where the fit is made.
     """
-    from stan_dp.diagnostics import ESS_MIN, RHAT_MAX
-    from stan_dp.output import _import_arviz
+    from stan_dp.diagnostics import ESS_MIN, RHAT_MAX, _mixing
 
-    az = _import_arviz()
     post = idata.posterior
-    if post.sizes.get("draw", 0) < 4:
+    chains, draws = post.sizes.get("chain", 1), post.sizes.get("draw", 0)
+    columns = [np.asarray(post[name].values, dtype=float).reshape(chains, draws, -1)
+               for name in post.data_vars]
+    if not columns:
         return
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        rhats = az.rhat(post) if post.sizes.get("chain", 1) > 1 else None
-        esss = az.ess(post, method="bulk")
+    rhats, esss = _mixing(np.concatenate(columns, axis=2))   # NaN with fewer than 4 draws
 
-    def extreme(ds: Any, pick: Any) -> float:
-        values = [np.asarray(ds[name].values, dtype=float).ravel() for name in ds.data_vars]
-        values = np.concatenate(values) if values else np.array([])
+    def extreme(values: np.ndarray, pick: Any) -> float:
         values = values[np.isfinite(values)]
         return float(pick(values)) if values.size else float("nan")
 
-    rhat = float("nan") if rhats is None else extreme(rhats, np.max)
+    rhat = extreme(rhats, np.max) if chains > 1 else float("nan")
     ess = extreme(esss, np.min)
     if rhat > RHAT_MAX or ess < ESS_MIN:   # nan: not judged
         logger.warning(
