@@ -191,7 +191,13 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "rounds": len(newton), "method": method,
            "checked": int(result.checked),
            "dispersion": float(result.dispersion) if np.isfinite(result.dispersion) else None,
-           "over_dispersed": rounds_over_dispersed(result)}
+           "over_dispersed": rounds_over_dispersed(result),
+           # what the run would say: warnings of the search (forecast, not settled, prior-held,
+           # heavy tail) and the chance of a miss the Gaussian approximation warns on beyond 10 %
+           "adapt_warned": bool(adapted.attrs["warnings"]),
+           "p_miss": float(adapted.attrs["noise_exceed_probability"]),
+           "clipping_bias": float(adapted.attrs["clipping_bias_bound"]),
+           "noise": float(adapted.attrs["max_noise_sd_in_posterior_sds"])}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)
