@@ -275,12 +275,13 @@ def private_mode(
             bound_g, bound_h = c_g * adjust, c_h
             # rows beyond this round's bound (released), pooled over the rounds at this bound: the
             # clipping bias the result reports (every run); with adaptive_clip, too many of them
-            # raise the bound for the next rounds (post-processing)
+            # raise the bound for the next rounds (post-processing; none after the last round: a
+            # raise there would leave the report naming a bound no count was made at)
             counts = noisy_counts(rng_noise, tail, np.array([adjust]), z_c, ledger,
                                   f"clipped count, round {k}", repeats=s.clipped_repeats)
             clipped_counts.append(float(np.mean(counts)))
             sd_n = z_c / math.sqrt(s.clipped_repeats * len(clipped_counts))
-            if (adaptive and float(np.mean(clipped_counts)) - 2.0 * sd_n > allowed
+            if (adaptive and k + 1 < s.rounds and float(np.mean(clipped_counts)) - 2.0 * sd_n > allowed
                     and adjust * KAPPA_STEP <= KAPPA_ADJUST_MAX):
                 adjust *= KAPPA_STEP
                 clipped_counts = []
