@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from stan_dp.accounting.validation import check_real
 from stan_dp.data import load_data
 from stan_dp.output import build_inference_data, netcdf_safe_attrs
 
@@ -493,14 +493,10 @@ def reference_fit(
     draws = _positive_int(draws, "draws")
     warmup = _positive_int(warmup, "warmup", minimum=0)
     max_treedepth = _positive_int(max_treedepth, "max_treedepth")
-    if isinstance(adapt_delta, bool) or not isinstance(adapt_delta, (int, float, np.floating)) \
-            or not 0.0 < float(adapt_delta) < 1.0:
-        raise ValueError(f"adapt_delta must be a number in (0, 1), got {adapt_delta!r}")
-    adapt_delta = float(adapt_delta)
-    if isinstance(init_radius, bool) or not isinstance(init_radius, (int, float, np.floating)) \
-            or not 0.0 <= float(init_radius) < math.inf:
-        raise ValueError(f"init_radius must be a finite number >= 0, got {init_radius!r}")
-    init_radius = float(init_radius)
+    adapt_delta = check_real(adapt_delta, "adapt_delta", positive=True)
+    if not adapt_delta < 1.0:
+        raise ValueError(f"adapt_delta must be below 1, got {adapt_delta}")
+    init_radius = check_real(init_radius, "init_radius", nonnegative=True)
     if parallel_chains is None:
         parallel_chains = min(chains, os.cpu_count() or 1)
     parallel_chains = _positive_int(parallel_chains, "parallel_chains")
