@@ -27,7 +27,13 @@ prints
 The ``--out`` lines also carry the final pool's ``dispersion`` (``Q / dof``
 of its rounds' one-step estimates) and ``over_dispersed``: whether
 ``stan_dp.sample``'s Gaussian approximation would warn that a settled pool
-disagrees beyond its noise (:func:`stan_dp.honesty.over_dispersed`).
+disagrees beyond its noise (:func:`stan_dp.honesty.over_dispersed`), and
+what the run would say: ``adapt_warned`` (the search's own warnings: the
+forecast, an unsettled search, a prior-held mode, a heavy tail), ``p_miss``
+(the chance of a miss beyond 0.5 sds the Gaussian approximation warns on
+above 10 %), ``clipping_bias`` and ``noise`` (the largest noise sd, posterior
+sds).  A run beyond 0.5 sds with none of ``adapt_warned``, ``p_miss > 0.1``
+or ``over_dispersed`` is a silent miss where the target is 0.5.
 
 With ``--rounds`` it also prints every Newton round: how far its point was
 (worst coordinate, reference sds), its released gradient in its frame in

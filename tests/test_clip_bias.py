@@ -229,7 +229,7 @@ def test_no_raise_after_the_last_round(monkeypatch):
     """A raise changes the bound of the rounds after it; after the last there are none, and the
     report must name the bound the last counts were made at.  A raise there left the count NaN
     (the rounds' counts are reset at a raise) and the warning without its clipping bias: 8 of
-    1,344 paired battery runs (``adaptation_trace.py``, 56 cells at 500-10^4 rows) reported 0
+    1,344 paired battery runs (``adaptation_trace.py``, 56 cells, 500-10^4 rows, epsilon 1-16) reported 0
     where the counts made at the bound actually used give 0.47-1.86 sds.  Oracle: with every
     clipped count forged high, the bound rises at every near round but the last, and the report
     names the last count's bound with a finite count."""
