@@ -13,6 +13,7 @@ released noise with and without the adaptive bound, the accounting, and that
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,13 +64,14 @@ def test_strong_signal_rows_bias_the_clipped_root_beyond_the_released_noise():
     assert wider < shift / 3 and fewer < clipped / 3, (wider, fewer)
 
 
-def _private_mode(model: Logistic, seed: int, adaptive: bool) -> AdaptationResult:
+def _private_mode(model: Logistic, seed: int, adaptive: bool, **settings: Any) -> AdaptationResult:
+    """The private search at epsilon = 4 (``settings``: further ``AdaptationSettings`` fields)."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
                                    relation="replace_one", rng_noise=np.random.default_rng(seed),
                                    init=np.zeros(model.dim),
-                                   settings=AdaptationSettings(adaptive_clip=adaptive))
+                                   settings=AdaptationSettings(adaptive_clip=adaptive, **settings))
 
 
 def _z_scores(adaptive: bool, seeds: range) -> tuple[np.ndarray, list[float]]:
@@ -245,12 +247,7 @@ def test_no_raise_after_the_last_round(monkeypatch):
         return out + 1e6
 
     monkeypatch.setattr(newton, "noisy_counts", inflated)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = newton.private_mode(model, n_public=model.n_rows, pld_mean=pld_mean_budget(4.0, 1e-5),
-                                     relation="replace_one", rng_noise=np.random.default_rng(7),
-                                     init=np.zeros(model.dim),
-                                     settings=AdaptationSettings(adaptive_clip=True, rounds=8))
+    result = _private_mode(model, 7, adaptive=True, rounds=8)
     assert len(thresholds) >= 2 and thresholds[-1] > thresholds[0]       # it did raise
     assert result.clip_adjust == pytest.approx(thresholds[-1])           # not after the last
     assert np.isfinite(result.clipped_rows) and result.clipped_rows > 1e5
