@@ -32,8 +32,11 @@ what the run would say: ``adapt_warned`` (the search's own warnings: the
 forecast, an unsettled search, a prior-held mode, a heavy tail), ``p_miss``
 (the chance of a miss beyond 0.5 sds the Gaussian approximation warns on
 above 10 %), ``clipping_bias`` and ``noise`` (the largest noise sd, posterior
-sds).  A run beyond 0.5 sds with none of ``adapt_warned``, ``p_miss > 0.1``
-or ``over_dispersed`` is a silent miss where the target is 0.5.
+sds), and per coordinate ``errors`` (signed, reference sds) and ``noise_sds``
+(the stated noise sd, in reference sds).  A run beyond 0.5 sds with none of
+``adapt_warned``, ``p_miss > 0.1`` or ``over_dispersed`` is a silent miss
+where the target is 0.5; ``benchmarks/warning_calibration.py`` sets the
+stated chances and noise of such files against what happened.
 
 With ``--rounds`` it also prints every Newton round: how far its point was
 (worst coordinate, reference sds), its released gradient in its frame in
@@ -191,8 +194,9 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
     newton = [t for t in trace if "frame" in t]
     if rounds:
         print_rounds(model, newton, mean, cov, sd)
-    err = np.abs(result.mode - mean) / sd
-    err = np.where(np.isfinite(err), err, np.inf)
+    signed = (result.mode - mean) / sd
+    err = np.where(np.isfinite(signed), np.abs(signed), np.inf)
+    noise_ref = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / sd
     out = {"worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
            "rounds": len(newton), "method": method,
            "checked": int(result.checked),
@@ -203,7 +207,11 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "adapt_warned": bool(adapted.attrs["warnings"]),
            "p_miss": float(adapted.attrs["noise_exceed_probability"]),
            "clipping_bias": float(adapted.attrs["clipping_bias_bound"]),
-           "noise": float(adapted.attrs["max_noise_sd_in_posterior_sds"])}
+           "noise": float(adapted.attrs["max_noise_sd_in_posterior_sds"]),
+           # per coordinate, in reference sds: the signed error and the noise sd the run states
+           # (benchmarks/warning_calibration.py sets one against the other)
+           "errors": [float(e) if np.isfinite(e) else None for e in signed],
+           "noise_sds": [float(v) for v in noise_ref]}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)
