@@ -108,6 +108,7 @@ class ZeroRowPart:
     _stanc_args: tuple[str, ...] = ()
     _cmdstan: Any = None
     _log_transformed: tuple[str, ...] | None = None
+    _logit_transformed: tuple[str, ...] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -158,18 +159,55 @@ class ZeroRowPart:
         :func:`stan_dp.sample` raises the gradient clip bound near the mode for such models
         even where its forecast warns (:func:`stan_dp.stan_source.log_transformed_parameters`).
         """
-        if self._log_transformed is None:
-            from stan_dp.stan_source import canonical_program, log_transformed_parameters
+        return self._bounded_parameters()[0]
 
-            found: tuple[str, ...] = ()
+    @property
+    def logit_transformed_parameters(self) -> tuple[str, ...]:
+        """Parameters the program declares with both a lower and an upper bound (public, read from
+        the program; ``()`` where it is unknown or unreadable)."""
+        return self._bounded_parameters()[1]
+
+    @property
+    def bounded_coordinates(self) -> np.ndarray:
+        """Which unconstrained coordinates belong to :attr:`logit_transformed_parameters`
+        (boolean, shape ``(dim,)``; public: the program and the compiled model's names).
+
+        The private search takes the logit transform's curvature out of the rows' curvature
+        along them (:func:`stan_dp.adaptation.curvature._row_neg_hessians`).  All False where
+        the program or the unconstrained names are not known.
+        """
+        dim = int(getattr(self, "dim", 0) or 0)
+        names = set(self.logit_transformed_parameters)
+        bridge = getattr(self, "bridge", None)
+        if not names or bridge is None:
+            return np.zeros(dim, dtype=bool)
+        try:   # BridgeStan names an element of a container "beta.2"
+            unconstrained = [str(u).split(".")[0] for u in bridge.param_unc_names()]
+        except Exception as err:  # noqa: BLE001 - unknown: no coordinate is treated as bounded
+            logger.debug("could not read the unconstrained names: %s", err)
+            return np.zeros(dim, dtype=bool)
+        if len(unconstrained) != dim:
+            return np.zeros(dim, dtype=bool)
+        return np.array([u in names for u in unconstrained], dtype=bool)
+
+    def _bounded_parameters(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(log_transformed_parameters, logit_transformed_parameters)``, from one reading of
+        the program (cached)."""
+        if self._log_transformed is None or self._logit_transformed is None:
+            from stan_dp.stan_source import (canonical_program, log_transformed_parameters,
+                                             logit_transformed_parameters)
+
+            log: tuple[str, ...] = ()
+            logit: tuple[str, ...] = ()
             if self.stan_file is not None:
                 try:
-                    found = log_transformed_parameters(canonical_program(
-                        self.stan_file, find_toolchain(self._cmdstan).stanc, self._stanc_args))
+                    program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
+                                                self._stanc_args)
+                    log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
-            self._log_transformed = found
-        return self._log_transformed
+            self._log_transformed, self._logit_transformed = log, logit
+        return self._log_transformed, self._logit_transformed
 
 
 class RowModel(ZeroRowPart):

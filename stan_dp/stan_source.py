@@ -37,6 +37,8 @@ __all__ = [
     "TransformedDataReport",
     "PublicOverride",
     "canonical_program",
+    "log_transformed_parameters",
+    "logit_transformed_parameters",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -533,6 +535,20 @@ def _declarations(program: str, block: str) -> dict[str, tuple[Declaration, Stat
 def _data_declarations(program: str) -> dict[str, tuple[Declaration, Statement]]:
     """The ``data`` block's declarations by name."""
     return _declarations(program, "data")
+
+
+def logit_transformed_parameters(program: str) -> tuple[str, ...]:
+    """The parameters declared with both a lower and an upper bound (Stan's logit transform).
+
+    Reads the ``parameters`` block of a canonical program, never data.  Such a parameter is
+    sampled as ``u`` with ``x = L + (U - L) logistic(u)``, elementwise, whatever ``L`` and ``U``
+    (``real<lower=-10, upper=10> beta``, ``real<lower=0, upper=100> sigma``): the private
+    search takes the transform's own curvature out of the rows' curvature along it
+    (:func:`stan_dp.adaptation.curvature._row_neg_hessians`).
+    """
+    return tuple(name for name, (decl, _) in _declarations(program, "parameters").items()
+                 if re.search(r"\blower\s*=", decl.constraint)
+                 and re.search(r"\bupper\s*=", decl.constraint))
 
 
 def log_transformed_parameters(program: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from stan_dp.density import prior_gradient
 
-__all__ = ["prior_neg_hessian"]
+__all__ = ["prior_neg_hessian", "logit_coordinates", "transform_curvature_ratio", "centred_coordinates"]
 
 
 def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
@@ -33,21 +33,80 @@ def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     return out
 
 
+def logit_coordinates(density: Any, d: int) -> np.ndarray | None:
+    """The density's coordinates on Stan's logit transform (``bounded_coordinates``, a boolean
+    mask read from the program, public), or None where it declares none."""
+    mask = getattr(density, "bounded_coordinates", None)
+    if mask is None:
+        return None
+    mask = np.asarray(mask, dtype=bool)
+    return mask if mask.shape == (d,) and bool(mask.any()) else None
+
+
+def transform_curvature_ratio(theta: np.ndarray, bounded: np.ndarray) -> np.ndarray:
+    """``T''(u) / T'(u)`` per coordinate: ``1 - 2 logistic(u)`` where ``bounded`` (Stan's
+    ``x = L + (U - L) logistic(u)``, whatever ``L`` and ``U``), 0 elsewhere."""
+    with np.errstate(over="ignore"):
+        return np.where(bounded, 1.0 - 2.0 / (1.0 + np.exp(-np.asarray(theta, dtype=float))), 0.0)
+
+
+CENTRE_RATIO = 1.0
+""":func:`centred_coordinates`: the logit transform's curvature is taken out of the rows' where its
+per-row size over the rows' own, about ``sqrt(n) sd |T''/T'|``, exceeds this."""
+
+
+def centred_coordinates(bounded: np.ndarray | None, theta: np.ndarray, frame: np.ndarray,
+                        n_public: int) -> np.ndarray | None:
+    """The coordinates of ``bounded`` along which :func:`_row_neg_hessians` takes the transform's
+    curvature out at ``theta`` in ``frame`` (public and released values only).
+
+    Along a logit-transformed coordinate ``u`` a row's Hessian is ``T'^2 d2l_i/dx2 + g_i r``
+    (``g_i = dl_i/du``, ``r = T''/T'``).  In a frame whose sd along ``u`` is ``s`` the first
+    term is about ``1 / n`` per row and the second about ``s |r| / sqrt(n)`` (a row's whitened
+    gradient is about ``1 / sqrt(n)``): their ratio is ``sqrt(n) s |r|``.  Where it is large (a
+    regression coefficient near one of its bounds: ``wells`` with ``b_arsenic`` in ``(0, 10)`` at
+    1,000 rows, 4.9) the second term dominates, is of either sign, and a clipped sum of it is
+    biased: it is taken out.  Where it is below :data:`CENTRE_RATIO` (a scale declared
+    ``<lower=0, upper=100>``, sampled near its lower bound where the logit is a log: ``s`` about
+    ``1 / sqrt(2 n)``, 0.7) the rows' curvature is kept as it is on the log scale, which suits a
+    scale (docs/adaptation.md §3, "Bounded coordinates: the curvature of the transform").
+    """
+    if bounded is None:
+        return None
+    sd = np.sqrt(np.sum(np.asarray(frame, dtype=float) ** 2, axis=1))
+    ratio = math.sqrt(max(int(n_public), 1)) * sd * np.abs(transform_curvature_ratio(theta, bounded))
+    centred = bounded & (ratio > CENTRE_RATIO)
+    return centred if bool(centred.any()) else None
+
+
 def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
-                      diagonal_only: bool = False) -> np.ndarray:
+                      diagonal_only: bool = False, bounded: np.ndarray | None = None) -> np.ndarray:
     """Per-row ``-A' H_i A`` (shape ``(n, k, k)`` for a ``(d, k)`` frame), symmetrised; non-finite
     entries zeroed.
 
-    With ``diagonal_only`` only its diagonal, shape ``(n, k)``.
+    With ``diagonal_only`` only its diagonal, shape ``(n, k)``.  Along the coordinates
+    ``bounded`` marks (Stan's logit transform of a parameter with both bounds, ``x = T(u)``) the
+    transform's own curvature is taken out: a row's Hessian in ``u`` is
+    ``T'^2 d2l_i/dx2 + (dl_i/du) T''/T'``, and the second term, proportional to the row's
+    gradient (its residual), is removed, leaving ``T'^2 d2l_i/dx2`` (docs/adaptation.md §3,
+    "Bounded coordinates: the curvature of the transform").  Near a bound (``T''/T'`` near
+    ``±1``) that term is many times a row's share of the curvature and of either sign, and a
+    clipped sum of it is biased.
     """
     cols = []
+    centre = None
     with np.errstate(all="ignore"):
         for j in range(frame.shape[1]):
             _, up = density.row_log_lik_grad(theta + h * frame[:, j])
             _, down = density.row_log_lik_grad(theta - h * frame[:, j])
-            diff = (np.asarray(up, dtype=float) - np.asarray(down, dtype=float)) @ frame
+            up, down = np.asarray(up, dtype=float), np.asarray(down, dtype=float)
+            if centre is None and bounded is not None:   # the rows' gradients at theta, to O(h^2)
+                centre = 0.5 * (up + down).reshape(-1, theta.size) * transform_curvature_ratio(theta, bounded)
+            diff = (up - down) @ frame
             cols.append(-diff / (2.0 * h))
         mats = np.stack(cols, axis=2)
+        if centre is not None:
+            mats = mats + np.einsum("jk,ij,jl->ikl", frame, centre, frame)
         if diagonal_only:
             out = np.diagonal(mats, axis1=1, axis2=2).copy()
             out[~np.isfinite(out)] = 0.0
@@ -58,39 +117,43 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
 
 
 def _curvature_rows(density: Any, theta: np.ndarray, h: float,
-                    directions: np.ndarray | None = None) -> np.ndarray:
+                    directions: np.ndarray | None = None, bounded: np.ndarray | None = None) -> np.ndarray:
     """Per-row ``|diag(-B' H_i B)|`` at ``theta`` (shape ``(n, k)``): the curvature along each column
-    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic)."""
+    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic);
+    ``bounded`` as in :func:`_row_neg_hessians`."""
     b = np.eye(theta.size) if directions is None else np.asarray(directions, dtype=float)
     with np.errstate(all="ignore"):
-        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True))
+        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True, bounded=bounded))
 
 
-def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
+def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
+                      bounded: np.ndarray | None = None) -> np.ndarray:
     """Per-row ``-A' H_i A`` divided by its Frobenius norm, flattened (shape ``(n, d*d)``).
 
     Every row weighs the same (norm 1, or 0 where its curvature is 0), so the
-    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove)."""
+    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove).  ``bounded`` as in
+    :func:`_row_neg_hessians`."""
     d = theta.size
-    mats = _row_neg_hessians(density, theta, frame, h).reshape(-1, d * d)
+    mats = _row_neg_hessians(density, theta, frame, h, bounded=bounded).reshape(-1, d * d)
     norms = np.linalg.norm(mats, axis=1)
     with np.errstate(all="ignore"):
         return np.where(norms[:, None] > 0.0, mats / np.where(norms > 0.0, norms, 1.0)[:, None], 0.0)
 
 
 def _round_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
-                scales: np.ndarray) -> np.ndarray:
+                scales: np.ndarray, bounded: np.ndarray | None = None) -> np.ndarray:
     """One Newton round's per-row statistic, shape ``(n, d + d*d + 2)``.
 
     Columns: the gradient in the frame (``Aᵀ g_i``), the symmetrised
     ``-Aᵀ H_i A`` flattened row-major, and the norms of both divided by the
-    public forecast bounds ``scales`` (for the private median).
+    public forecast bounds ``scales`` (for the private median).  ``bounded`` as in
+    :func:`_row_neg_hessians`.
     """
     d = theta.size
     _, grads = density.row_log_lik_grad(theta)
     with np.errstate(all="ignore"):
         whitened = np.asarray(grads, dtype=float).reshape(-1, d) @ frame
-    mats = _row_neg_hessians(density, theta, frame, h).reshape(whitened.shape[0], d * d)
+    mats = _row_neg_hessians(density, theta, frame, h, bounded=bounded).reshape(whitened.shape[0], d * d)
     with np.errstate(all="ignore"):
         norms = np.column_stack([np.linalg.norm(np.where(np.isfinite(whitened), whitened, 0.0), axis=1),
                                  np.linalg.norm(mats, axis=1)]) / np.asarray(scales, dtype=float)

@@ -101,7 +101,7 @@ from typing import Any
 import numpy as np
 
 from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen,
-                                          prior_neg_hessian)
+                                          centred_coordinates, logit_coordinates, prior_neg_hessian)
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -221,6 +221,7 @@ def private_mode(
 
     theta = np.array(init, dtype=float)
     holder = queries(density)
+    bounded = logit_coordinates(density, d)   # public: read from the program
     far_points: list[np.ndarray] = []
     if s.far_rounds:
         far_scale, far_floor = _initial_scale(holder, theta, n_public, s, zs["far scale"], rng_noise, ledger,
@@ -236,7 +237,8 @@ def private_mode(
     turned = False
     if s.orient:
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates, n_public, s,
-                                        zs["orientation"], zs["direction"], rng_noise, ledger)
+                                        zs["orientation"], zs["direction"], rng_noise, ledger,
+                                        centred_coordinates(bounded, theta, frame, n_public))
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
@@ -259,7 +261,8 @@ def private_mode(
     evaluated: list[np.ndarray] = []   # every round's point: the final check's candidates
     for k in range(s.rounds):
         evaluated.append(theta.copy())
-        stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]))
+        stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]),
+                                    centred_coordinates(bounded, theta, frame, n_public))
         whitened = RowColumns(holder, stat, 0, d)
         mats = RowColumns(holder, stat, d, d + d * d)
         norms = RowColumns(holder, stat, d + d * d, d + d * d + 2)
