@@ -23,7 +23,11 @@ with data simulated on their own scales (no standardising), through
   the thousands, age 40-80, a treatment;
 * ``beta``: beta regression of a share on income in thousands, unknown
   precision;
-* ``hetero``: normal regression whose log sd is linear in ``x``.
+* ``hetero``: normal regression whose log sd is linear in ``x``;
+* ``wells-bounded``: ``wells`` with ``real<lower=0, upper=10> b_arsenic`` (a uniform-bounded
+  coefficient near its lower bound, on Stan's logit transform);
+* ``earnings-uniform``: ``earnings`` with ``real<lower=0, upper=100> sigma`` and
+  ``sigma ~ uniform(0, 100)`` (the BUGS idiom of many published Stan programs).
 
 For every run it prints the worst |mean error| in reference sds (and which
 parameter), the information floor and target of issue 13
@@ -104,6 +108,12 @@ def wells(n: int, rng: np.random.Generator) -> dict:
     arsenic = 0.5 + rng.gamma(1.2, 1.1, n)
     p = 1.0 / (1.0 + np.exp(-(-0.009 * dist + 0.46 * arsenic)))
     return {"N": n, "dist": dist, "arsenic": arsenic, "switched": rng.binomial(1, p).astype(int)}
+
+
+WELLS_BOUNDED = WELLS.replace("real b_arsenic;", "real<lower=0, upper=10> b_arsenic;")
+
+EARNINGS_UNIFORM = EARNINGS.replace("real<lower=0> sigma;", "real<lower=0, upper=100> sigma;").replace(
+    "model { ", "model { sigma ~ uniform(0, 100); ")
 
 
 def earnings(n: int, rng: np.random.Generator) -> dict:
@@ -246,6 +256,9 @@ MODELS = {   # name: (Stan program, data generator, the published data set's row
     "weibull": (WEIBULL, weibull, 1000),
     "beta": (BETA, beta, 1000),
     "hetero": (HETERO, hetero, 1000),
+    # the same rows with bounds as published programs often declare them (on Stan's logit transform)
+    "wells-bounded": (WELLS_BOUNDED, wells, 3020),
+    "earnings-uniform": (EARNINGS_UNIFORM, earnings, 1059),
 }
 
 

@@ -163,8 +163,9 @@ class ZeroRowPart:
 
     @property
     def logit_transformed_parameters(self) -> tuple[str, ...]:
-        """Parameters the program declares with both a lower and an upper bound (public, read from
-        the program; ``()`` where it is unknown or unreadable)."""
+        """Parameters the program declares with both a lower and an upper bound, other than
+        ``(0, 1)`` and ``(-1, 1)`` (public, read from the program; ``()`` where it is unknown or
+        unreadable; :func:`stan_dp.stan_source.logit_transformed_parameters`)."""
         return self._bounded_parameters()[1]
 
     @property

@@ -537,18 +537,46 @@ def _data_declarations(program: str) -> dict[str, tuple[Declaration, Statement]]
     return _declarations(program, "data")
 
 
+UNIT_BOUNDS: frozenset[tuple[float, float]] = frozenset({(0.0, 1.0), (-1.0, 1.0)})
+"""Bounds whose logit is a parameter's own canonical scale (a probability's log-odds, a
+correlation's Fisher z): :func:`logit_transformed_parameters` leaves such parameters out."""
+
+
+def _literal_bounds(constraint: str) -> tuple[float, float] | None:
+    """``(lower, upper)`` where both are numeric literals in a declaration's ``<...>``, else None."""
+    found = {}
+    for part in _split_top(constraint):
+        key, _, value = part.partition("=")
+        try:
+            found[key.strip()] = float(value.strip())
+        except ValueError:
+            return None
+    if "lower" in found and "upper" in found:
+        return found["lower"], found["upper"]
+    return None
+
+
 def logit_transformed_parameters(program: str) -> tuple[str, ...]:
-    """The parameters declared with both a lower and an upper bound (Stan's logit transform).
+    """The parameters declared with both a lower and an upper bound (Stan's logit transform),
+    except those bounded by ``(0, 1)`` or ``(-1, 1)`` (:data:`UNIT_BOUNDS`).
 
     Reads the ``parameters`` block of a canonical program, never data.  Such a parameter is
     sampled as ``u`` with ``x = L + (U - L) logistic(u)``, elementwise, whatever ``L`` and ``U``
     (``real<lower=-10, upper=10> beta``, ``real<lower=0, upper=100> sigma``): the private
-    search takes the transform's own curvature out of the rows' curvature along it
-    (:func:`stan_dp.adaptation.curvature._row_neg_hessians`).
+    search takes the transform's own curvature out of the rows' curvature along it where that
+    term dominates (:func:`stan_dp.adaptation.curvature.centred_coordinates`).  A probability
+    or a correlation is left out: its logit is already its natural scale (a Bernoulli row's
+    curvature in the log-odds is ``p (1 - p)`` for every row; taken back to ``p`` it is
+    ``(1 - p)^2`` or ``p^2``, by the row's outcome, and a clipped sum of that is biased).
     """
-    return tuple(name for name, (decl, _) in _declarations(program, "parameters").items()
-                 if re.search(r"\blower\s*=", decl.constraint)
-                 and re.search(r"\bupper\s*=", decl.constraint))
+    out = []
+    for name, (decl, _) in _declarations(program, "parameters").items():
+        if not (re.search(r"\blower\s*=", decl.constraint) and re.search(r"\bupper\s*=", decl.constraint)):
+            continue
+        if _literal_bounds(decl.constraint) in UNIT_BOUNDS:
+            continue
+        out.append(name)
+    return tuple(out)
 
 
 def log_transformed_parameters(program: str) -> tuple[str, ...]:

@@ -161,6 +161,50 @@ def test_logit_coordinates_reads_the_density_and_refuses_a_wrong_shape():
     assert logit_coordinates(model, 2) is None
 
 
+class BernoulliProbability:
+    """``y_i ~ Bernoulli(p)`` with ``p = logistic(u)`` (``real<lower=0, upper=1> p``), flat in ``p``."""
+
+    def __init__(self, n: int, p: float, seed: int) -> None:
+        self.y = np.random.default_rng(seed).binomial(1, p, n).astype(float)
+        self.n_rows, self.dim = n, 1
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        return float(np.log(expit(theta[0])) + np.log(expit(-theta[0])))
+
+    def row_log_lik_grad(self, theta: np.ndarray, rows=None):
+        u = theta[0]
+        return self.y * u - np.logaddexp(0.0, u), (self.y - expit(u))[:, None]
+
+
+def test_a_probabilitys_log_odds_are_its_natural_scale_and_are_kept():
+    # a Bernoulli row's curvature in the log-odds is p (1 - p), the same for every row; taken back
+    # to p it is (1 - p)^2 or p^2 by the row's outcome, and clipped at the search's bound the sum
+    # loses about half: so a parameter bounded by (0, 1) (or a correlation by (-1, 1)) is left out
+    n, p = 1000, 0.1
+    model = BernoulliProbability(n, p, seed=3)
+    phat = model.y.mean()
+    theta = np.array([np.log(phat / (1.0 - phat))])
+    frame = np.array([[1.0 / np.sqrt(n * phat * (1.0 - phat))]])   # the exact posterior's frame
+    bound = 1.5 * chi2.ppf(0.9, 1) / n
+    plain = _row_neg_hessians(model, theta, frame, 1e-4)
+    np.testing.assert_allclose(plain[:, 0, 0], 1.0 / n, rtol=1e-6)   # every row the same
+    centred = _row_neg_hessians(model, theta, frame, 1e-4, bounded=np.array([True]))
+    expected = np.where(model.y == 1, (1.0 - phat) ** 2, phat**2) * frame[0, 0] ** 2
+    np.testing.assert_allclose(centred[:, 0, 0], expected, rtol=1e-5)
+    assert np.minimum(centred[:, 0, 0], bound).sum() < 0.6   # the clipped sum loses the curvature
+    assert np.minimum(plain[:, 0, 0], bound).sum() > 0.99
+    # ... which is why the program's reading leaves (0, 1) and (-1, 1) out, literal bounds only
+    program = """parameters {
+  real<lower=0, upper=1> p;
+  real<lower=-1, upper=1> rho;
+  real<lower=0.0, upper=1.0> q;
+  real<lower=0, upper=K> w;
+  real<lower=-1, upper=2> z;
+}
+"""
+    assert logit_transformed_parameters(program) == ("w", "z")
+
+
 def test_the_program_names_the_doubly_bounded_parameters_and_the_model_their_coordinates(compiled):
     program = """parameters {
   simplex[3] w;
