@@ -70,6 +70,8 @@ def centred_coordinates(bounded: np.ndarray | None, theta: np.ndarray, frame: np
     ``<lower=0, upper=100>``, sampled near its lower bound where the logit is a log: ``s`` about
     ``1 / sqrt(2 n)``, 0.7) the rows' curvature is kept as it is on the log scale, which suits a
     scale (docs/adaptation.md §3, "Bounded coordinates: the curvature of the transform").
+    :func:`~stan_dp.adaptation.newton.private_mode` asks only in rounds near the mode (a pool
+    exists): far out, where the rows saturate, their curvature in the bounded parameter vanishes.
     """
     if bounded is None:
         return None
@@ -117,24 +119,21 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
 
 
 def _curvature_rows(density: Any, theta: np.ndarray, h: float,
-                    directions: np.ndarray | None = None, bounded: np.ndarray | None = None) -> np.ndarray:
+                    directions: np.ndarray | None = None) -> np.ndarray:
     """Per-row ``|diag(-B' H_i B)|`` at ``theta`` (shape ``(n, k)``): the curvature along each column
-    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic);
-    ``bounded`` as in :func:`_row_neg_hessians`."""
+    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic)."""
     b = np.eye(theta.size) if directions is None else np.asarray(directions, dtype=float)
     with np.errstate(all="ignore"):
-        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True, bounded=bounded))
+        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True))
 
 
-def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
-                      bounded: np.ndarray | None = None) -> np.ndarray:
+def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
     """Per-row ``-A' H_i A`` divided by its Frobenius norm, flattened (shape ``(n, d*d)``).
 
     Every row weighs the same (norm 1, or 0 where its curvature is 0), so the
-    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove).  ``bounded`` as in
-    :func:`_row_neg_hessians`."""
+    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove)."""
     d = theta.size
-    mats = _row_neg_hessians(density, theta, frame, h, bounded=bounded).reshape(-1, d * d)
+    mats = _row_neg_hessians(density, theta, frame, h).reshape(-1, d * d)
     norms = np.linalg.norm(mats, axis=1)
     with np.errstate(all="ignore"):
         return np.where(norms[:, None] > 0.0, mats / np.where(norms > 0.0, norms, 1.0)[:, None], 0.0)

@@ -117,8 +117,7 @@ def unit_diagonal(m: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.
 
 def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
                     n_public: int, s: AdaptationSettings, z_orientation: float, z_direction: float,
-                    rng_noise: np.random.Generator, ledger: Ledger,
-                    bounded: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+                    rng_noise: np.random.Generator, ledger: Ledger) -> tuple[np.ndarray, bool]:
     """Turn the initial diagonal frame along the curvature's principal directions (two releases).
 
     A diagonal frame sees each coordinate's curvature but not how they
@@ -167,11 +166,10 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
 
     The plan is the same whatever the data (one matrix release and
     ``quantile_rounds`` count releases); everything after the releases is
-    post-processing.  Returns the new frame and whether it was turned.  ``bounded``: the
-    coordinates on Stan's logit transform (:func:`~stan_dp.adaptation.curvature._row_neg_hessians`).
+    post-processing.  Returns the new frame and whether it was turned.
     """
     d = theta.size
-    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step, bounded)
+    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step)
     m_rel, sd_m = clipped_matrix_sum(rng_noise, RowColumns(holder, stat, 0, d * d), 1.0,
                                      z_orientation, ledger, "orientation sum")
     del stat
@@ -199,7 +197,7 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
             directions[idx] = u
             turned = True
     b = frame @ directions
-    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b, bounded)
+    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b)
     tail = scale_tail(n_public, max(idx.size, 1), z_direction)
     t, at_floor = private_quantiles(rng_noise, RowColumns(holder, stat, 0, b.shape[1]), tail=tail,
                                     n_public=n_public, rounds=s.quantile_rounds,

@@ -237,8 +237,7 @@ def private_mode(
     turned = False
     if s.orient:
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates, n_public, s,
-                                        zs["orientation"], zs["direction"], rng_noise, ledger,
-                                        centred_coordinates(bounded, theta, frame, n_public))
+                                        zs["orientation"], zs["direction"], rng_noise, ledger)
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
@@ -261,8 +260,11 @@ def private_mode(
     evaluated: list[np.ndarray] = []   # every round's point: the final check's candidates
     for k in range(s.rounds):
         evaluated.append(theta.copy())
+        # near the mode only (a pool exists): far out, where the rows saturate, their curvature in
+        # the bounded parameter vanishes and the steps it sets wandered (docs/adaptation.md §3,
+        # "Bounded coordinates")
         stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]),
-                                    centred_coordinates(bounded, theta, frame, n_public))
+                                    centred_coordinates(bounded, theta, frame, n_public) if pool else None)
         whitened = RowColumns(holder, stat, 0, d)
         mats = RowColumns(holder, stat, d, d + d * d)
         norms = RowColumns(holder, stat, d + d * d, d + d * d + 2)
