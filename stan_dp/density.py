@@ -39,6 +39,11 @@ class RowDensity(Protocol):
         Dimension of the unconstrained parameter space.
     param_names : list of str
         Stan's constrained flattened names, e.g. ``["mu", "beta[1]"]``.
+
+    Optional, read with ``getattr`` where present (public facts from the program, never data):
+    ``log_transformed_parameters`` (names declared with a lower bound only) and
+    ``bounded_coordinates`` (a boolean mask over the unconstrained coordinates on Stan's logit
+    transform, :func:`stan_dp.adaptation.curvature.logit_coordinates`).
     """
 
     n_rows: int

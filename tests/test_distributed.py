@@ -191,6 +191,31 @@ def test_row_statistic_and_reduce_equal_in_process(sharded, whole):
         sharded.reduce(want_stat, count_above, thresholds)
 
 
+def column_sums(values):
+    return values.sum(axis=0)
+
+
+def test_round_rows_with_bounded_coordinates_equal_in_process(sharded, whole):
+    # the Newton rounds' per-row statistic with the logit transform's curvature taken out along
+    # some coordinates (a public mask sent with the query): the same sums on the shards as in
+    # process, and not those of the plain rows (the mask reaches the workers)
+    from stan_dp.adaptation.curvature import _round_rows
+
+    ref = queries(whole)
+    theta = points(whole.dim, 1, seed=5)[0]
+    frame = np.diag(np.linspace(0.2, 0.5, whole.dim))
+    mask = np.arange(whole.dim) % 2 == 1
+    scales = np.array([1.0, 1.0])
+    got = sharded.reduce(sharded.row_statistic(_round_rows, theta, frame, 1e-4, scales, mask), column_sums)
+    want = ref.reduce(ref.row_statistic(_round_rows, theta, frame, 1e-4, scales, mask), column_sums)
+    plain = ref.reduce(ref.row_statistic(_round_rows, theta, frame, 1e-4, scales), column_sums)
+    close(got, want, rel=1e-10)
+    assert np.abs(want - plain).max() > 1e-3
+    # the bundled logistic regression declares no bounded parameter, on the shards or not
+    assert not sharded.bounded_coordinates.any() and sharded.bounded_coordinates.shape == (whole.dim,)
+    assert not whole.bounded_coordinates.any()
+
+
 def test_rows_and_arguments_are_checked(sharded):
     theta = np.zeros(sharded.dim)
     with pytest.raises(IndexError):
