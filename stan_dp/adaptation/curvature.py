@@ -107,8 +107,10 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
             diff = (up - down) @ frame
             cols.append(-diff / (2.0 * h))
         mats = np.stack(cols, axis=2)
-        if centre is not None:
-            mats = mats + np.einsum("jk,ij,jl->ikl", frame, centre, frame)
+        if centre is not None:   # + A' diag(g_i r) A, over the bounded coordinates j only
+            idx = np.flatnonzero(bounded)
+            outer = frame[idx, :, None] * frame[idx, None, :]   # (m, k, k): row j of A, outer itself
+            mats = mats + (centre[:, idx] @ outer.reshape(idx.size, -1)).reshape(mats.shape)
         if diagonal_only:
             out = np.diagonal(mats, axis1=1, axis2=2).copy()
             out[~np.isfinite(out)] = 0.0
