@@ -542,18 +542,23 @@ UNIT_BOUNDS: frozenset[tuple[float, float]] = frozenset({(0.0, 1.0), (-1.0, 1.0)
 correlation's Fisher z): :func:`logit_transformed_parameters` leaves such parameters out."""
 
 
-def _literal_bounds(constraint: str) -> tuple[float, float] | None:
-    """``(lower, upper)`` where both are numeric literals in a declaration's ``<...>``, else None."""
+def _bound_expressions(constraint: str) -> dict[str, str]:
+    """A declaration's ``<...>`` by key: ``{"lower": "0", "upper": "100"}`` (also ``offset``,
+    ``multiplier``), each value the expression's text."""
     found = {}
     for part in _split_top(constraint):
-        key, _, value = part.partition("=")
-        try:
-            found[key.strip()] = float(value.strip())
-        except ValueError:
-            return None
-    if "lower" in found and "upper" in found:
-        return found["lower"], found["upper"]
-    return None
+        key, eq, value = part.partition("=")
+        if eq:
+            found[key.strip()] = value.strip()
+    return found
+
+
+def _unit_bounded(bounds: dict[str, str]) -> bool:
+    """Whether both bounds are numeric literals and the pair is in :data:`UNIT_BOUNDS`."""
+    try:
+        return (float(bounds["lower"]), float(bounds["upper"])) in UNIT_BOUNDS
+    except (KeyError, ValueError):
+        return False
 
 
 def logit_transformed_parameters(program: str) -> tuple[str, ...]:
@@ -571,11 +576,9 @@ def logit_transformed_parameters(program: str) -> tuple[str, ...]:
     """
     out = []
     for name, (decl, _) in _declarations(program, "parameters").items():
-        if not (re.search(r"\blower\s*=", decl.constraint) and re.search(r"\bupper\s*=", decl.constraint)):
-            continue
-        if _literal_bounds(decl.constraint) in UNIT_BOUNDS:
-            continue
-        out.append(name)
+        bounds = _bound_expressions(decl.constraint)
+        if "lower" in bounds and "upper" in bounds and not _unit_bounded(bounds):
+            out.append(name)
     return tuple(out)
 
 
@@ -588,9 +591,12 @@ def log_transformed_parameters(program: str) -> tuple[str, ...]:
     ``r^2 - 1`` (a chi-square less its mean): the rows that clipping cuts all push one way
     (docs/adaptation.md §3, "A scale or shape parameter raises the bound by default").
     """
-    return tuple(name for name, (decl, _) in _declarations(program, "parameters").items()
-                 if re.search(r"\blower\s*=", decl.constraint)
-                 and not re.search(r"\bupper\s*=", decl.constraint))
+    out = []
+    for name, (decl, _) in _declarations(program, "parameters").items():
+        bounds = _bound_expressions(decl.constraint)
+        if "lower" in bounds and "upper" not in bounds:
+            out.append(name)
+    return tuple(out)
 
 
 def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],
