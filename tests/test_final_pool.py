@@ -238,8 +238,10 @@ def test_a_regression_on_an_uncentred_predictor_keeps_its_search_pool(compiled, 
     data sets and this noise seed the search's pool held five of its ten near rounds and its last
     point was 3.6-4.3 sds off; the ten rounds' one-step estimates, made with a curvature the
     rounds could not resolve along the ridge, ran from 143 sds on one side to 33 on the other, and
-    pooling all of them ended 29-32 sds off (measured).  Their disagreement keeps the search's pool:
-    3.5-4.2 sds off, within the released noise plus clipping bias the run reports (1.5 + 1.5)."""
+    pooling all of them ended 29-32 sds off (measured; 30 and 11 since the skew check took 0.5 % of
+    the budget and moved the noise draws' scale).  Their disagreement keeps the search's pool:
+    3.5-4.2 sds off, within the released noise plus clipping bias the run reports (1.5 + 1.5); 3.3 and
+    5.3 (claimed 5.6 and 5.5) with the skew check."""
     path = compiled(stan_test_model("scale_flat"))
     n = 2000
 
@@ -265,5 +267,5 @@ def test_a_regression_on_an_uncentred_predictor_keeps_its_search_pool(compiled, 
     monkeypatch.setattr(pooling, "curvature_weights", plain_curvature_weights)
     monkeypatch.setattr(pooling, "_rounds_agree", lambda rounds, frame: True)
     old = [worst(seed) for seed in (0, 1)]
-    assert all(error > 20.0 for error, _ in old), old
+    assert all(error > 10.0 for error, _ in old), old
     assert all(error < 6.0 and error < 2.0 * claimed for error, claimed in new), new

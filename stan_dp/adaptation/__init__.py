@@ -11,6 +11,8 @@
 * :mod:`.pooling` — the rounds near the mode pooled into one estimate (post-processing);
 * :mod:`.final_check` — where the rounds are blind, one release that lets an unsettled search
   report a point it evaluated instead of its last step;
+* :mod:`.skew` — one release at the reported mode of how far the posterior's mean is from it by
+  the posterior's shape (a Gaussian at the mode cannot be a posterior far from Gaussian);
 * :mod:`.result` — what the search returns and the diagnostics read from it;
 * :mod:`.ridge` — the ridges a released curvature matrix shows (entries beyond their noise);
 * :mod:`.whitened` — the model seen in the learned frame;

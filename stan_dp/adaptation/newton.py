@@ -113,6 +113,7 @@ from stan_dp.adaptation.pooling import (_distance, _drop_consistent, _exact_prio
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
 from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
+from stan_dp.adaptation.skew import skew_check
 from stan_dp.aggregates import RowColumns, queries
 from stan_dp.density import prior_gradient
 
@@ -451,6 +452,11 @@ def private_mode(
     lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
     covariance = (q / lam) @ q.T
     frame = (q / np.sqrt(lam)) @ q.T
+    skew, skew_sd = np.zeros(d), np.zeros(d)
+    if s.skew_share:
+        # the plan's last release: how far the posterior's mean is from this mode by its shape,
+        # in the reported frame (skew_check); post-processing of the mode and frame just released
+        skew, skew_sd = skew_check(holder, density, mode, frame, n_public, zs["skew"], rng_noise, ledger)
     # the prior's share of the curvature at the mode, per coordinate the rows depend on
     prior_theta = np.linalg.inv(frame).T @ prior_neg_hessian(density, mode, frame, s.fd_step) @ np.linalg.inv(frame)
     total = np.diag(0.5 * (curvature + curvature.T))
@@ -465,4 +471,5 @@ def private_mode(
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd,
-                            np.array(pull).reshape(len(pull), d), checked)
+                            np.array(pull).reshape(len(pull), d), checked, skew_shift=skew,
+                            skew_shift_sd=skew_sd)

@@ -22,6 +22,7 @@ from stan_dp.adaptation.far import (FAR_ROUNDS, far_multipliers, far_releases, p
                                     planned_first_median_boost)
 from stan_dp.adaptation.forecast import whitened_hessian_scale
 from stan_dp.adaptation.ridge import entry_threshold
+from stan_dp.adaptation.skew import SKEW_SHARE
 
 __all__ = [
     "AdaptationSettings", "planned_settings", "noise_multipliers", "adaptation_releases",
@@ -274,6 +275,11 @@ class AdaptationSettings(NamedTuple):
     """Central-difference step for per-row Hessians, in frame units."""
     initial_fd_step: float = 1e-5
     """Central-difference step (unconstrained units) of the initial per-row curvature."""
+    skew_share: float = SKEW_SHARE
+    """Share of the adaptation budget (PLD mean) for the skew check (:mod:`stan_dp.adaptation.skew`:
+    one release at the reported mode, in the reported frame, of how far the posterior's mean is
+    from that mode by its shape — a Gaussian there cannot be a posterior that is far from
+    Gaussian).  0: no check (the result then reports no shift)."""
     check_share: float | None = None
     """Share of the adaptation budget (PLD mean) for the final check
     (:mod:`stan_dp.adaptation.final_check`: one release that lets a search that did not settle report
@@ -583,7 +589,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     the curvature release.  With ``orient``, ``orientation_share`` (one matrix
     release) and ``direction_share`` (``quantile_rounds`` count releases) come
     off the rounds' part too, and with ``far_rounds`` ``far_share``
-    (:func:`~stan_dp.adaptation.far.far_multipliers`).
+    (:func:`~stan_dp.adaptation.far.far_multipliers`); ``check_share`` (the final
+    check) and ``skew_share`` (the skew check) are one release each.
     """
     s = settings
     if s.rounds is None or s.orient is None or s.hessian_share is None:   # the rest: rounds_share
@@ -602,6 +609,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
         out |= far_multipliers(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
     if s.check_share:
         out["check"] = 1.0 / math.sqrt(2.0 * s.check_share * pld_mean)
+    if s.skew_share:
+        out["skew"] = 1.0 / math.sqrt(2.0 * s.skew_share * pld_mean)
     return out | {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
@@ -622,11 +631,13 @@ def rounds_share(settings: AdaptationSettings) -> float:
         shares = (*shares, s.far_share)
     if s.check_share:
         shares = (*shares, s.check_share)
+    if s.skew_share:
+        shares = (*shares, s.skew_share)
     share = 1.0 - sum(shares)
     if not (0.0 < share <= 1.0 and min(shares) > 0.0):
         raise ValueError("quantile_share (and with orient, orientation_share and direction_share; with "
-                         "far_rounds, far_share; and check_share if any) must be positive and sum to "
-                         "less than 1")
+                         "far_rounds, far_share; and check_share and skew_share if any) must be positive "
+                         "and sum to less than 1")
     return share
 
 
@@ -639,6 +650,7 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
     far = (far_releases(s.far_share * pld_mean, s.far_rounds, s.quantile_rounds, s.far_first_boost)
            if s.far_rounds else [])
     check = [Release(z["check"], 1)] if s.check_share else []
+    skew = [Release(z["skew"], 1)] if s.skew_share else []
     return [*far, Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
-            Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds), *check]
+            Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds), *check, *skew]

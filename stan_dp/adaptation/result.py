@@ -121,6 +121,12 @@ class AdaptationResult(NamedTuple):
     """The Newton round whose point the final check (:mod:`stan_dp.adaptation.final_check`) reported
     instead of the search's estimate (the rows preferred it beyond the check's noise; only where the
     search did not settle); -1: the estimate stands, or no check was planned."""
+    skew_shift: np.ndarray | None = None
+    """The skew check's shift of the posterior mean from :attr:`mode` by the posterior's shape,
+    per unconstrained coordinate in posterior sds (:mod:`stan_dp.adaptation.skew`; released plus
+    the exact prior's part).  ``None`` or zeros: no check made."""
+    skew_shift_sd: np.ndarray | None = None
+    """Noise sd of :attr:`skew_shift`, per coordinate (posterior sds)."""
     bias_per_row: float = BIAS_PER_CLIPPED_ROW_HIGH
     """``rho``: the bias one clipped row adds to :attr:`clipping_bias_bound`, in units of the final
     gradient bound.  :data:`BIAS_PER_CLIPPED_ROW_HIGH` (the default), or
