@@ -208,9 +208,18 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "p_miss": float(adapted.attrs["noise_exceed_probability"]),
            "clipping_bias": float(adapted.attrs["clipping_bias_bound"]),
            "noise": float(adapted.attrs["max_noise_sd_in_posterior_sds"]),
+           # the skew check: the posterior mean's shift from the mode by its shape, and whether
+           # it warned (posterior sds)
+           "skew_shift": float(adapted.attrs["skew_shift"]),
+           "shape_ok": bool(adapted.attrs["gaussian_shape_ok"]),
            # per coordinate, in reference sds: the signed error and the noise sd the run states
            # (benchmarks/warning_calibration.py sets one against the other)
            "errors": [float(e) if np.isfinite(e) else None for e in signed],
+           # the skew check's shift per coordinate, in reference sds (what moving the mode by it
+           # would change)
+           "skew_shifts": ([] if result.skew_shift is None else
+                           [float(v) if np.isfinite(v) else None
+                            for v in result.skew_shift * np.sqrt(np.diag(result.covariance)) / sd]),
            "noise_sds": [float(v) for v in noise_ref]}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]

@@ -28,6 +28,10 @@ with data simulated on their own scales (no standardising), through
   coefficient near its lower bound, on Stan's logit transform);
 * ``earnings-uniform``: ``earnings`` with ``real<lower=0, upper=100> sigma`` and
   ``sigma ~ uniform(0, 100)`` (the BUGS idiom of many published Stan programs).
+* ``hierarchical``: a logistic regression with a varying intercept over 8 groups in the
+  non-centred parametrisation (``mu + tau * z[g]``, ``z ~ std_normal()``, ``tau ~ normal(0, 2)``)
+  and a predictor around 30: its posterior is far from Gaussian in ``tau`` (the skew check,
+  docs/adaptation.md §5).
 
 For every run it prints the worst |mean error| in reference sds (and which
 parameter), the information floor and target of issue 13
@@ -243,6 +247,25 @@ def hetero(n: int, rng: np.random.Generator) -> dict:
     return {"N": n, "x": x, "y": 20 + 3 * x + np.exp(0.2 + 0.15 * x) * rng.normal(size=n)}
 
 
+HIERARCHICAL = """
+data { int<lower=0> N; int<lower=1> J; array[N] int<lower=1, upper=J> g; vector[N] x;
+       array[N] int<lower=0, upper=1> y; }
+parameters { real mu; real<lower=0> tau; vector[J] z; real b; }
+model {
+  mu ~ normal(0, 5); tau ~ normal(0, 2); z ~ std_normal(); b ~ normal(0, 5);
+  y ~ bernoulli_logit(mu + tau * z[g] + b * x);
+}
+"""
+
+
+def hierarchical(n: int, rng: np.random.Generator, groups: int = 8) -> dict:
+    g = rng.integers(1, groups + 1, n)
+    a = -0.5 + 0.6 * rng.normal(size=groups)
+    x = rng.normal(30, 8, n)
+    p = 1 / (1 + np.exp(-(a[g - 1] + 0.04 * (x - 30))))
+    return {"N": n, "J": groups, "g": g.astype(int), "x": x, "y": rng.binomial(1, p).astype(int)}
+
+
 MODELS = {   # name: (Stan program, data generator, the published data set's row count)
     "wells": (WELLS, wells, 3020),
     "earnings": (EARNINGS, earnings, 1059),
@@ -259,6 +282,8 @@ MODELS = {   # name: (Stan program, data generator, the published data set's row
     # the same rows with bounds as published programs often declare them (on Stan's logit transform)
     "wells-bounded": (WELLS_BOUNDED, wells, 3020),
     "earnings-uniform": (EARNINGS_UNIFORM, earnings, 1059),
+    # a varying intercept in the non-centred parametrisation (posterior far from Gaussian)
+    "hierarchical": (HIERARCHICAL, hierarchical, 3000),
 }
 
 
