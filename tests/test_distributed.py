@@ -316,6 +316,23 @@ def test_automatic_path_runs_on_shards(sharded, whole):
     assert got.posterior.attrs["method"] == want.posterior.attrs["method"]
     assert got.posterior.attrs["epsilon_spent"] == want.posterior.attrs["epsilon_spent"]
     np.testing.assert_allclose(positions(got), positions(want), rtol=1e-10, atol=1e-12)
+    # the skew check's per-row statistic (2 d + 1 gradients a row, on the shards) gives the same
+    # released shift
+    assert got.posterior.attrs["skew_shift"] == pytest.approx(want.posterior.attrs["skew_shift"], rel=1e-8)
+
+
+def test_skew_rows_equal_in_process(sharded, whole):
+    # the skew check's per-row shift vectors (gradients at the 2 d cubature points about the mode,
+    # in a frame sent with the query): the same sums on the shards as in process
+    from stan_dp.adaptation.skew import _shift_rows
+
+    ref = queries(whole)
+    theta = points(whole.dim, 1, seed=6)[0]
+    frame = np.diag(np.linspace(0.2, 0.5, whole.dim))
+    got = sharded.reduce(sharded.row_statistic(_shift_rows, theta, frame), column_sums)
+    want = ref.reduce(ref.row_statistic(_shift_rows, theta, frame), column_sums)
+    close(got, want, rel=1e-10)
+    assert np.abs(want).max() > 1e-6
 
 
 # ------------------------------------------------------------- (c) owners
