@@ -71,12 +71,14 @@ SKEW_SHARE = 0.005
 sd in posterior sds is ``f z SKEW_BOUND C_w^3``, ``z = 1 / sqrt(2 SKEW_SHARE m)`` for the
 adaptation's PLD mean ``m``: at d = 11, 0.034 at 3,000 rows, epsilon = 16, 0.18 at 1,000 rows,
 epsilon = 16, 0.56 at 1,000 rows, epsilon = 4, 0.018 at 10^4 rows, epsilon = 4.  The estimates it
-takes its budget from moved by 0.98-1.03 in geometric mean (docs/adaptation.md §5)."""
+takes its budget from moved by 0.98-1.03 in geometric mean for most models (hetero 0.94 and the
+unsettled runs of wells-bounded 1.24 at 3,000 rows, epsilon = 16; docs/adaptation.md §5)."""
 SKEW_BOUND = 8.0
 """The l2 bound of one row's shift vector, in units of ``C_w^3`` (:func:`skew_bound`).  In the
 private fits' own frames the 90th percentile of the rows' norms was 0.3-1.3 ``C_w^3`` for GLMs and
-1-5 for the hierarchical regression (whose largest was 7): few rows are clipped, and clipping can
-only shorten the sum (an understated shift errs towards silence, so the bound is not tight)."""
+1-5 for the hierarchical regression (whose largest was 7): few rows are clipped.  Clipping shortens
+each row's vector; where the rows' shifts align (a systematic third derivative, the case the check
+is for) it shortens the sum, erring towards silence, so the bound is not set tight."""
 
 
 def skew_bound(n_public: int, dim: int) -> float:
