@@ -65,7 +65,7 @@ def test_the_cubature_rule_is_exact_for_cubics_under_the_standard_normal():
 
 
 def _exact_release(density, mode, frame, n_public, z=1e6):
-    """The check with a negligible noise (``z`` tiny relative to nothing: sd = 2 z B with z -> 0)."""
+    """The check with a negligible noise: multiplier ``1 / z`` (noise sd ``2 B / z``, ``z = 1e6``)."""
     ledger = Ledger("replace_one")
     shift, sd = skew_check(queries(density), density, np.atleast_1d(mode), np.atleast_2d(frame), n_public,
                            1.0 / z, np.random.default_rng(0), ledger)
