@@ -461,8 +461,8 @@ def _miss_probability(noise_sd: np.ndarray, fixed_bias: float, result: Adaptatio
         return exceed_probability(noise_sd, FORECAST_LIMIT, bias=np.where(worst, bias, 0.0) + shape)
 
     count, sd = result.clipped_rows, result.clipped_rows_sd
-    if not np.isfinite(count):
-        return exceed_probability(noise_sd, FORECAST_LIMIT, bias=np.where(worst, fixed_bias, 0.0) + shape)
+    if not np.isfinite(count):   # no count made: the fixed bias alone
+        return at(0.0)
     if not (np.isfinite(sd) and sd > 0.0):
         return at(count)
     nodes, weights = np.polynomial.hermite_e.hermegauss(COUNT_NODES)
