@@ -24,7 +24,7 @@ from stan_dp.adaptation.plan import adaptation_releases, noise_multipliers, plan
 from stan_dp.adaptation.releases import Ledger
 from stan_dp.adaptation.skew import SKEW_BOUND, cubature_points, skew_bound, skew_check
 from stan_dp.aggregates import queries
-from stan_dp.auto import SKEW_LIMIT
+from stan_dp.auto import SKEW_CORRECTION_MAX, SKEW_LIMIT, shape_bias, skew_correction
 
 
 class PoissonRate:
@@ -181,11 +181,13 @@ def _hierarchical_data(n: int, seed: int) -> dict:
     return {"N": n, "J": 8, "g": g.astype(int), "x": x, "y": y.astype(int)}
 
 
-def test_a_non_centred_hierarchical_posterior_warns_that_it_is_not_gaussian(compiled):
+def test_a_non_centred_hierarchical_posterior_warns_that_it_is_not_gaussian(compiled, monkeypatch):
     """3,000 rows, epsilon = 16: the privacy noise is 0.18 posterior sds and nothing else warned,
     but the Gaussian at the mode puts ``tau`` at ~1.06 where NUTS has 0.34 +- 0.12 (the exact
     Laplace approximation is as far off).  The skew check sees it: ``tau``'s shift is about
-    -0.6 sds against a noise sd of 0.03, the run warns and reports no credible intervals."""
+    -0.6 sds against a noise sd of 0.03, the run warns and reports no credible intervals.  The
+    centre moves by the shift beyond its noise, towards NUTS: the same run (same seed, so the same
+    releases) with the centre left at the mode is farther in ``tau``."""
     data = _hierarchical_data(3000, 0)
     path = stan_test_model(HIERARCHICAL)
     model = stan_dp.RowModel(compiled(path), data)
@@ -201,6 +203,16 @@ def test_a_non_centred_hierarchical_posterior_warns_that_it_is_not_gaussian(comp
     tau_ref = ref.posterior["tau"].values.ravel()
     tau = fit.posterior["tau"].values.ravel()
     assert abs(tau.mean() - tau_ref.mean()) / tau_ref.std() > 2.0   # the miss the warning is for
+    assert 0.0 < fit.attrs["skew_correction"] <= SKEW_CORRECTION_MAX
+    assert fit.attrs["skew_correction"] < fit.attrs["skew_shift"]   # its part beyond the noise
+    monkeypatch.setattr(stan_dp.auto, "SKEW_CORRECTION_MAX", 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        at_mode = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=1, progress=False)
+    assert at_mode.attrs["skew_correction"] == 0.0
+    assert at_mode.attrs["skew_shift"] == fit.attrs["skew_shift"]   # the same releases
+    tau_at_mode = at_mode.posterior["tau"].values.ravel()
+    assert abs(tau.mean() - tau_ref.mean()) < abs(tau_at_mode.mean() - tau_ref.mean())
 
 
 def test_a_logistic_regression_is_gaussian_enough(compiled):
@@ -217,6 +229,7 @@ def test_a_logistic_regression_is_gaussian_enough(compiled):
     assert not any("not Gaussian" in str(w.message) for w in caught)
     assert fit.attrs["gaussian_shape_ok"]
     assert fit.attrs["skew_shift"] < 0.1
+    assert fit.attrs["skew_correction"] == 0.0   # within its noise: the centre stays at the mode
 
 
 def test_the_shift_counts_beyond_a_bonferroni_multiple_of_its_noise_and_enters_the_miss_chance():
@@ -246,6 +259,26 @@ def test_the_shift_counts_beyond_a_bonferroni_multiple_of_its_noise_and_enters_t
     assert with_shape == pytest.approx(exceed_probability(noise, FORECAST_LIMIT, bias=expected))
     assert with_shape > plain
     assert shape_bias(_result(np.array([np.nan, 0.0]), np.zeros(2)))[0] == np.inf   # a failed check counts
+
+
+def test_the_centre_moves_by_the_shift_beyond_its_noise_at_most_one_sd():
+    """``skew_correction``: per coordinate the signed part of the shift beyond ``k`` noise sds (the
+    same ``k`` as the warning), in unconstrained units (posterior sd 2 here), capped at
+    ``SKEW_CORRECTION_MAX`` posterior sds; no check, or a failed one, moves nothing."""
+    from scipy import stats
+
+    d = 4
+    k = stats.norm.isf(0.01 / (2 * d))
+    shift = np.array([-0.9, 0.2, 5.0, np.nan])
+    result = _result(shift, np.full(d, 0.1))._replace(covariance=np.diag([4.0, 4.0, 4.0, 4.0]))
+    moved = skew_correction(result)
+    assert moved[0] == pytest.approx(-2.0 * (0.9 - k * 0.1))   # beyond k sds, signed, times the sd
+    assert moved[1] == 0.0                                        # within k sds of 0
+    assert moved[2] == pytest.approx(2.0 * SKEW_CORRECTION_MAX)  # capped
+    assert moved[3] == 0.0                                        # a failed check moves nothing
+    assert np.all(skew_correction(result._replace(skew_shift=None)) == 0.0)
+    shape = shape_bias(result)   # it moves exactly where the warning's shape bias counts (in 1 %
+    assert np.array_equal(moved != 0.0, np.isfinite(shape) & (shape > 0.0))   # of Gaussian runs, below)
 
 
 def _result(shift, sd):
