@@ -27,6 +27,9 @@ prints
 * ``pooled`` and ``settled``: the pool's size after the last round and
   whether the search settled.
 
+A reference whose chains did not converge (R-hat above 1.05 in some
+unconstrained coordinate: ``ref_rhat`` in each ``--out`` line) is said so
+before its runs: they are measured against no yardstick.
 The ``--out`` lines also carry the final pool's ``dispersion`` (``Q / dof``
 of its rounds' one-step estimates) and ``over_dispersed``: whether
 ``stan_dp.sample``'s Gaussian approximation would warn that a settled pool
@@ -79,6 +82,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import arviz as az
 import numpy as np
 from scipy import stats
 
@@ -92,9 +96,12 @@ from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
 from stan_dp.auto import (MCMC_ADAPTATION_SHARE, _adapt, choose_method, rounds_over_dispersed,  # noqa: E402
                            skew_correction)
 from stan_dp.density import prior_gradient  # noqa: E402
+from stan_dp.diagnostics import RHAT_MAX  # noqa: E402
 from stan_dp.information_floor import unconstrained_draws  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_CHAINS = 4
+"""``stan_dp.reference_fit``'s default chains: the cached draws are its chains one after another."""
 GLMS = ("logistic-std", "logistic-unstd", "poisson-std", "poisson-unstd")
 
 
@@ -131,6 +138,15 @@ def model_and_reference(name: str, n: int, data_seed: int, workdir: Path,
         stored.parent.mkdir(parents=True, exist_ok=True)
         np.save(stored, draws)
     return model, draws
+
+
+def reference_rhat(draws: np.ndarray, chains: int = REFERENCE_CHAINS) -> float:
+    """The largest rank-normalised split R-hat of the reference's unconstrained draws (``draws``
+    chain after chain, as :func:`model_and_reference` keeps them; NaN where constant)."""
+    per_chain = draws.reshape(chains, -1, draws.shape[1])
+    values = [float(az.rhat(per_chain[:, :, j])) for j in range(draws.shape[1])]
+    finite = [v for v in values if np.isfinite(v)]
+    return max(finite) if finite else float("nan")
 
 
 def frame_eigenvalues(frame: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
@@ -295,6 +311,11 @@ def main(argv: list[str] | None = None) -> None:
         for data_seed in args.data_seeds:
             model, draws = model_and_reference(name, args.n, data_seed, workdir, cache)
             mean, cov = draws.mean(axis=0), np.atleast_2d(np.cov(draws.T))
+            ref_rhat = reference_rhat(draws)
+            if ref_rhat > RHAT_MAX:
+                print(f"# the reference of {name} (n={args.n}, data seed {data_seed}) did not converge "
+                      f"(max R-hat {ref_rhat:.3g} > {RHAT_MAX:g}): its runs below are measured against "
+                      "no yardstick (ref_rhat in --out)", flush=True)
             start = (mean if args.oracle_start
                      else None if args.init is None else start_point(model, json.loads(args.init)))
             for seed in args.noise_seeds:
@@ -305,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
                       f"{r.get('frame_end', np.nan):9.3g} ({r.get('frame_end_min', np.nan):.2g}) "
                       f"{r.get('blind', 0)}/{r['rounds']:<3d} {r.get('pooled', 0)}", flush=True)
                 lines.append(json.dumps({"model": name, "n": args.n, "epsilon": args.epsilon,
-                                         "data_seed": data_seed, "seed": seed, **r}))
+                                         "data_seed": data_seed, "seed": seed, "ref_rhat": ref_rhat,
+                                         **r}))
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 
