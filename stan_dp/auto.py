@@ -94,8 +94,8 @@ SKEW_CORRECTION_MAX = 1.0
 its noise (:func:`skew_correction`), at most this many posterior sds per coordinate: the check is a
 second-order expansion, which a shift of a posterior sd or more has outgrown (the run warns there,
 :data:`SKEW_LIMIT`).  Uncapped, a non-centred hierarchical logistic regression (1,000 rows,
-epsilon = 16, shifts up to 4 sds) ended 1.6 times farther from NUTS in geometric mean; capped at 1,
-0.79 (docs/adaptation.md §5, "The centre moved by the shift")."""
+epsilon = 16, shifts of up to 15 sds) ended 1.6 times farther from NUTS than the mode in geometric mean;
+capped at 1, 0.76 times (docs/adaptation.md §5, "The centre moved by the shift")."""
 
 
 
