@@ -277,8 +277,10 @@ def test_the_centre_moves_by_the_shift_beyond_its_noise_at_most_one_sd():
     assert moved[2] == pytest.approx(2.0 * SKEW_CORRECTION_MAX)  # capped
     assert moved[3] == 0.0                                        # a failed check moves nothing
     assert np.all(skew_correction(result._replace(skew_shift=None)) == 0.0)
-    shape = shape_bias(result)   # it moves exactly where the warning's shape bias counts (in 1 %
-    assert np.array_equal(moved != 0.0, np.isfinite(shape) & (shape > 0.0))   # of Gaussian runs, below)
+    # it moves exactly where the warning's shape bias counts: in 1 % of a Gaussian posterior's runs
+    # (simulated in the test above)
+    shape = shape_bias(result)
+    assert np.array_equal(moved != 0.0, np.isfinite(shape) & (shape > 0.0))
 
 
 def _result(shift, sd):
