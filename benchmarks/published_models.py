@@ -288,15 +288,23 @@ MODELS = {   # name: (Stan program, data generator, the published data set's row
 
 
 def worst_error(fit, ref) -> tuple[float, str]:
-    """Worst |private mean - reference mean| / reference sd over every scalar parameter."""
+    """Worst |private mean - reference mean| / reference sd over every scalar parameter.
+
+    A component constant in the reference (a Cholesky factor's fixed entries, ``L[1, 1] = 1``)
+    counts 0 where the private draws hold the same value (to rounding) and infinity otherwise.
+    """
     worst, which = -1.0, ""
     for name in ref.posterior.data_vars:
         if name not in fit.posterior:
             continue
         p = fit.posterior[name].values.reshape(-1, *fit.posterior[name].shape[2:])
         r = ref.posterior[name].values.reshape(-1, *ref.posterior[name].shape[2:])
+        gap = np.atleast_1d(np.abs(p.mean(0) - r.mean(0))).ravel()
+        sd = np.atleast_1d(r.std(0)).ravel()
+        constant = sd <= 1e-12 * (1.0 + np.abs(np.atleast_1d(r.mean(0)).ravel()))
+        same = gap <= 1e-9 * (1.0 + np.abs(np.atleast_1d(r.mean(0)).ravel()))
         with np.errstate(all="ignore"):
-            err = np.atleast_1d(np.abs(p.mean(0) - r.mean(0)) / r.std(0)).ravel()
+            err = np.where(constant, np.where(same, 0.0, np.inf), gap / np.where(constant, 1.0, sd))
         err = np.where(np.isnan(err), np.inf, err)
         if err.max() > worst:
             worst, which = float(err.max()), name
