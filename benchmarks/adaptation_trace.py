@@ -235,6 +235,11 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            # it warned (posterior sds)
            "skew_shift": float(adapted.attrs["skew_shift"]),
            "shape_ok": bool(adapted.attrs["gaussian_shape_ok"]),
+           # the final pool's least curvature eigenvalue over its noise, and whether it warned of a
+           # saddle (below -SADDLE_LIMIT)
+           "least_curvature": (float(result.least_curvature) if np.isfinite(result.least_curvature)
+                               else None),
+           "saddle": bool(result.saddle),
            # per coordinate, in reference sds: the signed error and the noise sd the run states
            # (benchmarks/warning_calibration.py sets one against the other)
            "errors": [float(e) if np.isfinite(e) else None for e in signed],

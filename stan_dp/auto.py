@@ -46,7 +46,7 @@ from stan_dp.adaptation.forecast import (exceed_probability, forecast, pld_mean_
 from stan_dp.adaptation.newton import private_mode
 from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, clip_inflation,
                                      planned_settings, rounds_share)
-from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult, scale_bias_per_row
+from stan_dp.adaptation.result import SADDLE_LIMIT, TAIL_MULTIPLE, AdaptationResult, scale_bias_per_row
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityWarning, emit,
@@ -371,6 +371,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "the data — either a very strong prior, or (typically) the degenerate neck of a "
               "hierarchical model (a group sd near 0, the group effects at their mean), where a "
               "Gaussian is not the posterior; a non-centred parametrisation may help"], attrs, stacklevel=4)
+    if result.saddle:
+        emit([_saddle_warning(model, result)], attrs, stacklevel=4)
     shape = shape_bias(result)
     if result.heavy_tail:
         raised = ("" if result.clip_adjust == 1.0 else
@@ -411,6 +413,9 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "max_noise_sd_in_posterior_sds": float(np.max(noise_sd)),
         "clipping_bias_bound": bias,
         "noise_exceed_probability": _miss_probability(noise_sd, tail_bias, result, shape),
+        "least_curvature": (float(result.least_curvature) if np.isfinite(result.least_curvature)
+                            else ""),
+        "saddle": bool(result.saddle),
         "skew_shift": float(np.max(np.abs(result.skew_shift))) if result.skew_shift is not None else 0.0,
         "skew_shift_sd": (float(np.max(result.skew_shift_sd)) if result.skew_shift_sd is not None
                           else 0.0),
@@ -421,6 +426,34 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "stan_dp_version": __version__,
     })
     return _Adapted(result, attrs, releases, draw_seed)
+
+
+SADDLE_NAMES = 3
+""":func:`_saddle_warning` names at most this many coordinates of the upward direction."""
+
+
+def _saddle_warning(model: Any, result: AdaptationResult) -> str:
+    """The warning of :attr:`AdaptationResult.saddle`: where the search stopped, the log density
+    curves upward along a direction, named by its largest coordinates in reported posterior sds.
+    Post-processing of released values."""
+    names = _coordinate_names(model, np.asarray(result.mode).size)
+    sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
+    direction = (np.zeros(sd.size) if result.upward is None
+                 else np.where(np.isfinite(result.upward), result.upward / sd, 0.0))
+    order = [j for j in np.argsort(-np.abs(direction))[:SADDLE_NAMES] if direction[j] != 0.0]
+    along = ", ".join(names[j] for j in order) if order else "some direction"
+    return (f"the private mode search stopped where the curvature released in its last rounds is "
+            f"negative along a direction (mostly {along}; its least eigenvalue "
+            f"{result.least_curvature:.2g} times the release's noise, below -{SADDLE_LIMIT:g}): the "
+            "log density curves upward there, so this is not a mode but a saddle point (a mixture "
+            "whose components merged into one) or the neck of a hierarchical funnel, where the "
+            "curvature changes sign, and what is built there from the curvature's absolute values "
+            "(the Gaussian approximation, or the chains' start and mass matrix) does not represent "
+            "the posterior. For a multimodal posterior (mixtures, symmetric or "
+            "label-switching parameters) a data-independent init= near the mode you expect (e.g. "
+            "mixture means spread over the outcome's range) or a parametrisation that removes the "
+            "symmetry may help, where more rows or a larger epsilon will not; for a hierarchical "
+            "model, more rows per group or a larger epsilon (the posterior nearer Gaussian)")
 
 
 COUNT_NODES = 16
@@ -632,8 +665,8 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         "releases": len(result.ledger.entries),
         # an unsettled search's covariance leaves out how far its mode may still be, and a
         # Gaussian at the mode of a posterior far from Gaussian is not it: its intervals are not
-        # credible intervals (the CLI then leaves them out)
-        "mixed": bool(result.settled and attrs["gaussian_shape_ok"]),
+        # credible intervals (the CLI then leaves them out); nor is a Gaussian at a saddle point
+        "mixed": bool(result.settled and attrs["gaussian_shape_ok"] and not result.saddle),
         "nonfinite_draws_redrawn": int(redrawn),
         # the centre's move from the private mode by the skew check (largest, posterior sds)
         "skew_correction": float(np.max(np.abs(moved) / np.sqrt(np.maximum(np.diag(result.covariance),

@@ -159,6 +159,7 @@ PRIVACY_KEYS = ("sampler", "method", "epsilon", "delta", "epsilon_spent", "noise
                 "iterations", "clip", "grad_clip", "batch_size", "temperature", "n_rows", "public_n",
                 "seeded", "nonprivate_outputs", "release_summary", "search_settled", "frame_turned",
                 "max_noise_sd_in_posterior_sds", "clipping_bias_bound", "skew_shift", "skew_correction",
+                "saddle",
                 "forecast_error", "max_rhat", "min_ess_bulk")
 
 

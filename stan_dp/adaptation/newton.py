@@ -424,11 +424,12 @@ def private_mode(
                           "grad": grad.copy(), "grad_sd": sd_g, "pooled": len(pool)})
         path.append(theta.copy())
 
-    dispersion, heterogeneity = math.nan, 0.0
+    dispersion, heterogeneity, least_curvature, upward = math.nan, 0.0, math.nan, None
     pool = _final_rounds(pool, streak, frame)   # near rounds that left the pool, back where they agree
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame, random_effects=True)
         dispersion, heterogeneity = pooled.dispersion, pooled.heterogeneity
+        least_curvature, upward = pooled.least_curvature, pooled.upward
         if pooled.resolved:
             mode, noise_cov, curvature = _exact_prior_mode(density, pooled, frame, s.fd_step,
                                                            rowless=~data_coordinates)
@@ -472,4 +473,5 @@ def private_mode(
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd,
                             np.array(pull).reshape(len(pull), d), checked, skew_shift=skew,
-                            skew_shift_sd=skew_sd)
+                            skew_shift_sd=skew_sd, least_curvature=least_curvature,
+                            upward=upward)

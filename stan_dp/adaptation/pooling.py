@@ -283,6 +283,15 @@ class _Pooled(NamedTuple):
     """``Q / (d (K - 1))`` of the one-step estimates about the fixed-effect pooled mode."""
     heterogeneity: float = 0.0
     """``c`` of the random-effects pooling (0: fixed-effect pooling)."""
+    least_curvature: float = math.nan
+    """The smallest eigenvalue of the pooled curvature (released data part plus exact prior, in the
+    pooling frame, signed: before :func:`_shrunk_eigen` takes absolute values) over :attr:`tau`.
+    At a maximum of the posterior it is positive; below ``-1`` the log density curves *upward*
+    along some direction beyond the release's noise: the rounds pooled about a saddle point, not
+    a mode (:data:`stan_dp.adaptation.result.SADDLE_LIMIT`)."""
+    upward: np.ndarray | None = None
+    """The eigenvector of :attr:`least_curvature` mapped to ``theta`` space (``A q``; unit length in
+    the pooling frame), or ``None``."""
 
 
 def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
@@ -487,6 +496,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
     data_f, prior_f = frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame   # frame units
     lam_step, lam, q = _step_eigen(data_f, prior_f, tau)   # the one-step estimates divide by lam_step
+    least_curvature, upward = _least_curvature(data_f, prior_f, tau)
     resolved = bool(np.all(lam > 1.0001 * min(1.0, tau)))
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
@@ -526,7 +536,26 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
             mode = mode + root @ shift
             noise_cov = root @ cov_z @ root.T
     return _Pooled(mode, 0.5 * (noise_cov + noise_cov.T), curvature, next_frame, resolved, mean_hess, tau,
-                   diag_sd, dispersion, heterogeneity)
+                   diag_sd, dispersion, heterogeneity, least_curvature, frame @ upward)
+
+
+def _least_curvature(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[float, np.ndarray]:
+    """Smallest eigenvalue of ``data + prior`` (frame units, signed) over the noise's spectral norm
+    ``tau`` (:attr:`_Pooled.least_curvature`), and its eigenvector (frame units); NaN and zeros
+    where it cannot be computed.
+
+    ``data`` is the released (noisy) curvature and ``prior`` the exact prior's, both negative
+    Hessians in the same frame.  A symmetric noise matrix moves every eigenvalue by at most its
+    spectral norm (Weyl), which ``tau`` bounds with a margin (:data:`NOISE_SPECTRAL_FACTOR`), so a
+    value below ``-1`` means the noiseless curvature has a negative eigenvalue: the log density is
+    convex along that direction.  Post-processing
+    of released values.
+    """
+    total = 0.5 * (data + data.T) + 0.5 * (prior + prior.T)
+    if not (np.all(np.isfinite(total)) and np.isfinite(tau) and tau > 0.0):
+        return math.nan, np.zeros(total.shape[0])
+    lam, q = np.linalg.eigh(total)
+    return float(lam[0] / tau), q[:, 0]
 
 
 def _dispersion_q(steps: np.ndarray, covs: list[np.ndarray],

@@ -9,7 +9,7 @@ import numpy as np
 
 from stan_dp.adaptation.releases import Ledger
 
-__all__ = ["AdaptationResult", "scale_bias_per_row"]
+__all__ = ["AdaptationResult", "SADDLE_LIMIT", "scale_bias_per_row"]
 
 
 TAIL_MULTIPLE = 2.0
@@ -24,6 +24,19 @@ standardised heavy-tailed predictors there are more: log-normal 4-35 (logistic) 
 (Poisson), t3 1-8 and 15-106, and the noiseless root of the clipped score was 0.26-1.1 (logistic)
 and 15-107 (Poisson) posterior sds from the mode (NumPy, exact posterior and frame, n = 1e4-1e5,
 epsilon 1 and 4)."""
+
+
+SADDLE_LIMIT = 1.0
+""":attr:`AdaptationResult.saddle` where the final pool's least curvature eigenvalue is below minus
+this many times the noise's spectral norm ``tau``.  A two-component normal mixture (means 40 and
+70, ordered; 1,000-3,000 rows, epsilon 4-16, 12 runs) stopped with its components on one blob,
+46-43,000 posterior sds from NUTS, and read -0.1 to -11.8 (9 runs below -1); from an init spread
+over the outcome's range it read +2.1 to +12.8 and ended 0.17-2.1 sds off.  Over the 18-model
+battery (1,296 runs at 1,000 and 3,000 rows, epsilon 4 and 16) it flagged 47 runs, every one
+already warned and 0.8-32 sds off: the non-centred hierarchical logistic regression (43; the
+exact curvature at its private mode is about 0 along the flagged direction and negative at the
+pool's farther points), ``radon`` (2) and the ordered logit at epsilon = 4 (2); the models at
+their modes read +2.1 to +41 at epsilon = 16 (docs/adaptation.md §5, "A saddle, not a mode")."""
 
 
 BIAS_PER_CLIPPED_ROW_HIGH = 0.2
@@ -127,6 +140,13 @@ class AdaptationResult(NamedTuple):
     the exact prior's part).  ``None`` or zeros: no check made."""
     skew_shift_sd: np.ndarray | None = None
     """Noise sd of :attr:`skew_shift`, per coordinate (posterior sds)."""
+    least_curvature: float = math.nan
+    """Smallest eigenvalue of the final pool's curvature (released data part plus the exact
+    prior's, signed, in the final frame) over its noise's spectral norm
+    (:func:`stan_dp.adaptation.pooling._least_curvature`); NaN where fewer than two rounds were
+    pooled.  About ``+1 / tau`` at a mode; below ``-SADDLE_LIMIT``: :attr:`saddle`."""
+    upward: np.ndarray | None = None
+    """The direction of :attr:`least_curvature` in ``theta`` space (``None``: no pool)."""
     bias_per_row: float = BIAS_PER_CLIPPED_ROW_HIGH
     """``rho``: the bias one clipped row adds to :attr:`clipping_bias_bound`, in units of the final
     gradient bound.  :data:`BIAS_PER_CLIPPED_ROW_HIGH` (the default), or
@@ -177,6 +197,14 @@ class AdaptationResult(NamedTuple):
         if self.clip_adjust != 1.0 or not np.isfinite(self.tail_rows):
             return 0.0
         return float(max(self.tail_rows - self.tail_rows_sd, 0.0) * self.grad_clip)
+
+    @property
+    def saddle(self) -> bool:
+        """The search pooled its rounds about a point where the log density curves upward along
+        some direction beyond the curvature release's noise (:attr:`least_curvature` below
+        ``-SADDLE_LIMIT``): a saddle point, not a mode, so the Gaussian built there (from absolute
+        curvatures) is not the posterior's, and neither is its centre."""
+        return bool(self.least_curvature < -SADDLE_LIMIT)
 
     @property
     def heavy_tail(self) -> bool:
