@@ -41,7 +41,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -213,9 +213,24 @@ def _print_fit(fit) -> None:
         for line in warnings_text.split("\n"):
             print(f"  - {line}")
     if not mixed:
-        why = ("the private mode search did not settle" if attrs.get("sampler") == "gaussian"
-               else "the chains did not mix")
-        print(f"  (intervals not shown: {why}; the sd column is the draws' spread, not a posterior sd)")
+        print(f"  (intervals not shown: {_not_mixed_reason(attrs)}; the sd column is the draws' "
+              "spread, not a posterior sd)")
+
+
+def _not_mixed_reason(attrs: Any) -> str:
+    """Why a fit's ``attrs["mixed"]`` is false, in words: for the Gaussian approximation, each of
+    an unsettled search, a posterior the skew check found far from Gaussian, and a saddle point
+    (``stan_dp.auto``); for chains, that they did not mix."""
+    if attrs.get("sampler") != "gaussian":
+        return "the chains did not mix"
+    reasons = []
+    if not bool(attrs.get("search_settled", True)):
+        reasons.append("the private mode search did not settle")
+    if bool(attrs.get("saddle", False)):
+        reasons.append("it stopped at a saddle point")
+    if not bool(attrs.get("gaussian_shape_ok", True)):
+        reasons.append("the posterior is not Gaussian around the private mode")
+    return "; ".join(reasons) if reasons else "the Gaussian approximation does not represent the posterior"
     print()
     print_privacy_report(attrs)
 

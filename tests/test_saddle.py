@@ -83,7 +83,21 @@ def _mixture_data(n: int, seed: int) -> dict:
     return {"N": n, "y": np.where(first, rng.normal(40, 5, n), rng.normal(70, 8, n))}
 
 
-def test_a_mixture_whose_search_stops_where_its_components_merge_warns_of_a_saddle(compiled):
+def test_the_cli_says_why_a_gaussian_shows_no_intervals():
+    """Each reason ``attrs["mixed"]`` is false for the Gaussian approximation is named, not only an
+    unsettled search (a settled search at a saddle had been told "did not settle")."""
+    from stan_dp.cli import _not_mixed_reason
+
+    settled = {"sampler": "gaussian", "search_settled": 1, "saddle": 0, "gaussian_shape_ok": 1}
+    assert _not_mixed_reason({**settled, "saddle": 1}) == "it stopped at a saddle point"
+    assert _not_mixed_reason({**settled, "gaussian_shape_ok": 0}) == (
+        "the posterior is not Gaussian around the private mode")
+    assert _not_mixed_reason({**settled, "search_settled": 0, "saddle": 1}) == (
+        "the private mode search did not settle; it stopped at a saddle point")
+    assert _not_mixed_reason({"sampler": "hmc"}) == "the chains did not mix"
+
+
+def test_a_mixture_whose_search_stops_where_its_components_merge_warns_of_a_saddle(compiled, capsys):
     """3,000 rows, epsilon = 16.  From the default start (zeros unconstrained: both means near 0)
     the search ends with the components on one blob (means around 55-58, one weight near 0 or
     the scales near 16), 46-118 posterior sds from NUTS, and the released curvature there has an
@@ -100,6 +114,11 @@ def test_a_mixture_whose_search_stops_where_its_components_merge_warns_of_a_sadd
     assert any("saddle point" in w and "mu[" in w for w in said), said
     assert fit.attrs["saddle"] and fit.attrs["least_curvature"] < -3 * SADDLE_LIMIT
     assert not fit.attrs["mixed"]   # no credible intervals from it
+    from stan_dp.cli import _print_fit
+
+    _print_fit(fit)
+    printed = capsys.readouterr().out
+    assert "intervals not shown: it stopped at a saddle point" in printed and "hdi" not in printed
     assert "saddle point" in fit.attrs["warnings"]   # recorded as well as raised
     mu = fit.posterior["mu"].values.reshape(-1, 2).mean(0)
     assert abs(mu[0] - 40.0) > 5.0   # the miss the warning is for

@@ -287,8 +287,8 @@ class _Pooled(NamedTuple):
     """The smallest eigenvalue of the pooled curvature (released data part plus exact prior, in the
     pooling frame, signed: before :func:`_shrunk_eigen` takes absolute values) over :attr:`tau`.
     At a maximum of the posterior it is positive; below ``-1`` the log density curves *upward*
-    along some direction beyond the release's noise: the rounds pooled about a saddle point, not
-    a mode (:data:`stan_dp.adaptation.result.SADDLE_LIMIT`)."""
+    along some direction beyond the release's noise: the rounds pooled about a saddle point or a
+    funnel's neck, not a mode (:data:`stan_dp.adaptation.result.SADDLE_LIMIT`)."""
     upward: np.ndarray | None = None
     """The eigenvector of :attr:`least_curvature` mapped to ``theta`` space (``A q``; unit length in
     the pooling frame), or ``None``."""
@@ -548,8 +548,7 @@ def _least_curvature(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[f
     Hessians in the same frame.  A symmetric noise matrix moves every eigenvalue by at most its
     spectral norm (Weyl), which ``tau`` bounds with a margin (:data:`NOISE_SPECTRAL_FACTOR`), so a
     value below ``-1`` means the noiseless curvature has a negative eigenvalue: the log density is
-    convex along that direction.  Post-processing
-    of released values.
+    convex along that direction.  Post-processing of released values.
     """
     total = 0.5 * (data + data.T) + 0.5 * (prior + prior.T)
     if not (np.all(np.isfinite(total)) and np.isfinite(tau) and tau > 0.0):

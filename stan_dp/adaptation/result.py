@@ -202,8 +202,9 @@ class AdaptationResult(NamedTuple):
     def saddle(self) -> bool:
         """The search pooled its rounds about a point where the log density curves upward along
         some direction beyond the curvature release's noise (:attr:`least_curvature` below
-        ``-SADDLE_LIMIT``): a saddle point, not a mode, so the Gaussian built there (from absolute
-        curvatures) is not the posterior's, and neither is its centre."""
+        ``-SADDLE_LIMIT``): a saddle point or a hierarchical funnel's neck, not a mode, so the
+        Gaussian built there (from absolute curvatures) is not the posterior's, and neither is
+        its centre."""
         return bool(self.least_curvature < -SADDLE_LIMIT)
 
     @property
