@@ -215,6 +215,8 @@ def _print_fit(fit) -> None:
     if not mixed:
         print(f"  (intervals not shown: {_not_mixed_reason(attrs)}; the sd column is the draws' "
               "spread, not a posterior sd)")
+    print()
+    print_privacy_report(attrs)
 
 
 def _not_mixed_reason(attrs: Any) -> str:
@@ -231,8 +233,6 @@ def _not_mixed_reason(attrs: Any) -> str:
     if not bool(attrs.get("gaussian_shape_ok", True)):
         reasons.append("the posterior is not Gaussian around the private mode")
     return "; ".join(reasons) if reasons else "the Gaussian approximation does not represent the posterior"
-    print()
-    print_privacy_report(attrs)
 
 
 @contextlib.contextmanager
