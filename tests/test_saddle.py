@@ -43,27 +43,29 @@ def test_least_curvature_is_the_signed_least_eigenvalue_over_the_noise():
     assert np.isnan(_least_curvature(bad, np.zeros((3, 3)), 0.5)[0])
 
 
-def test_noise_within_its_spectral_bound_does_not_read_as_a_saddle():
-    """At a mode (the pooled curvature ``I`` in the posterior's frame) released with the noise the
-    pool's ``tau`` stands for (diagonal sd ``s``, off-diagonal ``s / sqrt(2)``, ``tau = 1.5 s
-    sqrt(2 d)``) and ``s`` as large as ``tau`` = 1 allows, the check stays above ``-SADDLE_LIMIT``
-    in every one of 2,000 draws at ``d`` = 3 and 11 (Weyl: the noise moves the least eigenvalue by
-    at most its spectral norm, which ``tau`` bounds with a margin); a saddle of eigenvalue -1
-    (the mixture's) with noise at a tenth of that reads below it in every draw."""
+def test_noise_within_its_spectral_bound_rarely_reads_as_a_saddle():
+    """At a mode whose curvature the release cannot resolve along one direction (eigenvalue 0
+    there, 1 elsewhere: the hardest case for a false alarm) and the pool's noise (diagonal sd
+    ``s``, off-diagonal ``s / sqrt(2)``, ``tau = 1.5 s sqrt(2 d)``, ``s`` = 0.1), the check reads
+    below ``-SADDLE_LIMIT`` in at most 0.1 % of 20,000 draws at ``d`` = 3 and never at ``d`` = 11
+    (measured 0.015 % and 0: only the noise along that direction moves the least eigenvalue below
+    0, and ``tau`` bounds the whole matrix's spectral norm with a margin); a saddle of eigenvalue
+    ``-3 tau`` reads below it in at least 99.9 %."""
     rng = np.random.default_rng(2)
-    for d in (3, 11):
-        s = 1.0 / (1.5 * np.sqrt(2 * d))
+    for d, allowed in ((3, 0.001), (11, 0.0)):
+        s = 0.1
         tau = 1.5 * s * np.sqrt(2 * d)
         q = _rotation(d, d)
-        saddle = (q * np.r_[-1.0, np.ones(d - 1)]) @ q.T
+        flat = (q * np.r_[0.0, np.ones(d - 1)]) @ q.T
+        saddle = (q * np.r_[-3.0 * tau, np.ones(d - 1)]) @ q.T
         reads, saddle_reads = [], []
-        for _ in range(2000):
+        for _ in range(20000):
             e = rng.normal(0.0, s / np.sqrt(2), (d, d))
             noise = np.triu(e, 1) + np.triu(e, 1).T + np.diag(rng.normal(0.0, s, d))
-            reads.append(_least_curvature(np.eye(d) + noise, np.zeros((d, d)), tau)[0])
-            saddle_reads.append(_least_curvature(saddle + 0.1 * noise, np.zeros((d, d)), 0.1 * tau)[0])
-        assert min(reads) > -SADDLE_LIMIT
-        assert max(saddle_reads) < -SADDLE_LIMIT
+            reads.append(_least_curvature(flat + noise, np.zeros((d, d)), tau)[0])
+            saddle_reads.append(_least_curvature(saddle + noise, np.zeros((d, d)), tau)[0])
+        assert np.mean(np.array(reads) < -SADDLE_LIMIT) <= allowed
+        assert np.mean(np.array(saddle_reads) < -SADDLE_LIMIT) >= 0.999
 
 
 def test_saddle_is_the_least_curvature_below_the_limit():
