@@ -339,19 +339,27 @@ def cmd_sample(args: argparse.Namespace) -> int:
                              "name a sampler (e.g. --sampler hmc) to set them")
         with _model(args) as model, _warnings_shown_once() as shown:
             extra = {"chains": args.chains} if args.chains is not None else {}
+            chosen: dict = {}
             if args.adaptive_clip is not None:
+                chosen["adaptive_clip"] = args.adaptive_clip == "on"
+            if args.far_phase is not None:
+                from stan_dp.adaptation.far import FAR_ROUNDS
+
+                chosen["far_rounds"] = FAR_ROUNDS if args.far_phase == "on" else 0
+            if chosen:
                 from stan_dp.adaptation import AdaptationSettings
 
-                extra["settings"] = AdaptationSettings(adaptive_clip=args.adaptive_clip == "on")
+                extra["settings"] = AdaptationSettings(**chosen)
             fit = sample(model, epsilon=args.epsilon, delta=args.delta, method=args.sampler,
                          seed=args.seed, relation=args.relation or "replace_one",
                          public_n=args.public_n, progress=not args.quiet,
                          init=read_init(args.init, model), **extra)
             shown.append(fit)
     else:
-        if args.adaptive_clip is not None:
-            raise ValueError(f"--adaptive-clip applies to the private adaptation of --sampler auto or "
-                             f"gaussian, not to the seed's sampler {args.sampler}")
+        for flag, value in (("--adaptive-clip", args.adaptive_clip), ("--far-phase", args.far_phase)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to the private adaptation of --sampler auto or "
+                                 f"gaussian, not to the seed's sampler {args.sampler}")
         fn = _sampler_function(args.sampler)
         kwargs = _sampler_kwargs(fn, args)
         with _model(args) as model, _warnings_shown_once() as shown:
@@ -531,6 +539,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "forecast does not warn or the program declares a parameter with "
                              "only a lower bound, a scale or shape; 'on' can help other rows "
                              "with skewed gradients, docs/adaptation.md §3)")
+    sample.add_argument("--far-phase", dest="far_phase", choices=["on", "off"], default=None,
+                        help="the sign-led steps from a start far from the posterior before the "
+                             "Newton rounds (default: on where its votes can be resolved). 'off' "
+                             "helps a binary outcome far from 50 %% (a logistic regression with 5-20 "
+                             "%% events: the steps follow the many rows' direction past the mode, "
+                             "docs/adaptation.md §7, \"Imbalanced binary outcomes\")")
     sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
     sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
     for dest, kind, text in SAMPLER_OPTIONS:

@@ -111,6 +111,21 @@ def test_sample_needs_no_sampler_option(tmp_path, data_file, capsys):
         attrs = az.from_netcdf(path).posterior.attrs
         assert attrs["adaptive_clip"] == (choice == "on")
         assert attrs["release_summary"] == idata.posterior.attrs["release_summary"]
+    # --far-phase off drops the far phase's releases from the plan (and the ledger); on is the
+    # default, which plans them at 2,000 rows, epsilon = 2 (not at 150)
+    larger = tmp_path / "larger.json"
+    larger.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in logistic_data(n=2000).items()}))
+    argv = ["sample", str(bundled("logistic_regression")), "--data", str(larger),
+            "--epsilon", "2", "--delta", "1e-5", "--seed", "5", "--quiet"]
+    summaries = {}
+    for choice in ("on", "off", None):
+        path = tmp_path / f"far_{choice}.nc"
+        extra = [] if choice is None else ["--far-phase", choice]
+        assert main(argv + extra + ["--output", str(path)]) == 0
+        summaries[choice] = az.from_netcdf(path).posterior.attrs["release_summary"]
+        assert az.from_netcdf(path).posterior.attrs["epsilon_spent"] <= 2.0
+    assert "far vote" in summaries[None] and summaries["on"] == summaries[None]
+    assert "far vote" not in summaries["off"] and "gradient sum" in summaries["off"]
     capsys.readouterr()
 
 
@@ -167,6 +182,7 @@ def test_sample_prints_each_warning_once(tmp_path, data_file, capsys):
     (["--sampler", "magic"], "invalid choice"),
     (["--epsilon", "-2"], "epsilon"),
     (["--adaptive-clip", "on"], "--adaptive-clip applies to the private adaptation"),
+    (["--far-phase", "off"], "--far-phase applies to the private adaptation"),
 ])
 def test_sample_errors_are_one_line(extra, message, data_file, capsys):
     argv = ["sample", str(bundled("logistic_regression")), "--data", str(data_file),
