@@ -354,6 +354,16 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
                         f"{MOVING_WINDOW} rounds, 'up' meaning larger unconstrained values): the mode "
                         "is farther that way than the search got — a data-independent init= on the "
                         "scale you expect for these can help")
+            back = _walked_past(model, result.path, settings.far_rounds, result.pull,
+                                pulling & ~walking_flags)
+            if back:
+                walking += (f"; the far phase had first moved {', '.join(back)} the other way: "
+                            "where most rows' gradients point one way and a few the other way much "
+                            "harder (the intercept of a binary outcome far from 50 %), its steps "
+                            "follow the many past the mode, and an init= there does not help; "
+                            "--far-phase off (settings=AdaptationSettings(far_rounds=0)) starts the "
+                            "Newton rounds at the init instead (docs/adaptation.md §7, \"Imbalanced "
+                            "binary outcomes\")")
         if result.checked >= 0:
             walking += (f"; its final check found that the rows prefer the point of its round "
                         f"{result.checked} to its last estimate beyond the check's noise, and that "
@@ -426,6 +436,21 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "stan_dp_version": __version__,
     })
     return _Adapted(result, attrs, releases, draw_seed)
+
+
+def _walked_past(model: Any, path: np.ndarray, far_rounds: int, pull: np.ndarray | None,
+                 pulled: np.ndarray) -> list[str]:
+    """Names of the ``pulled`` coordinates that the far phase had moved the other way: its net move
+    (``path[far_rounds] - path[0]``, the far rounds' points come first in ``path``) has the sign
+    opposite to the last round's released pull.  Post-processing of released values."""
+    if not far_rounds or pull is None or len(path) <= far_rounds or pull.ndim != 2 or not pull.shape[0]:
+        return []
+    moved = np.asarray(path[far_rounds], dtype=float) - np.asarray(path[0], dtype=float)
+    last = np.asarray(pull[-1], dtype=float)
+    if moved.shape != last.shape or np.shape(pulled) != last.shape:
+        return []
+    names = _coordinate_names(model, last.size)
+    return [names[j] for j in np.flatnonzero(pulled & (moved * last < 0.0))]
 
 
 SADDLE_NAMES = 3
