@@ -359,7 +359,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
             if back:
                 walking += (f"; the far phase had first moved {', '.join(back)} the other way: "
                             "where most rows' gradients point one way and a few the other way much "
-                            "harder (the intercept of a binary outcome far from 50 %), its steps "
+                            "harder (the intercept of a binary outcome far from 50 % or of counts that "
+                            "are mostly 0), its steps "
                             "follow the many past the mode, and an init= there does not help; "
                             "--far-phase off (settings=AdaptationSettings(far_rounds=0)) starts the "
                             "Newton rounds at the init instead (docs/adaptation.md §7, \"Imbalanced "
