@@ -247,11 +247,11 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            # would change)
            "skew_shifts": ([] if result.skew_shift is None else
                            [float(v) if np.isfinite(v) else None
-                            for v in result.skew_shift * np.sqrt(np.diag(result.covariance)) / sd]),
+                            for v in result.skew_shift * result.posterior_sd / sd]),
            # and its noise sd per coordinate, in reference sds
            "skew_shift_sds": ([] if result.skew_shift_sd is None else
                               [float(v) if np.isfinite(v) else None
-                               for v in result.skew_shift_sd * np.sqrt(np.diag(result.covariance)) / sd]),
+                               for v in result.skew_shift_sd * result.posterior_sd / sd]),
            "noise_sds": [float(v) for v in noise_ref]}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]

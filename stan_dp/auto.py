@@ -325,7 +325,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         raise RuntimeError("the private adaptation made releases that its accounted plan does not "
                            f"list (made {dict(made)}, planned {dict(planned)}); nothing is returned")
     # ---- post-processing of released values only from here on ----
-    post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
+    post_sd = result.posterior_sd
     noise_sd = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / post_sd
     moving: list[str] = []
     pulled: list[str] = []
@@ -439,17 +439,16 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     return _Adapted(result, attrs, releases, draw_seed)
 
 
-def _walked_past(model: Any, path: np.ndarray, far_rounds: int, pull: np.ndarray | None,
+def _walked_past(model: Any, path: np.ndarray, far_rounds: int, pull: np.ndarray,
                  pulled: np.ndarray) -> list[str]:
     """Names of the ``pulled`` coordinates that the far phase had moved the other way: its net move
     (``path[far_rounds] - path[0]``, the far rounds' points come first in ``path``) has the sign
-    opposite to the last round's released pull.  Post-processing of released values."""
-    if not far_rounds or pull is None or len(path) <= far_rounds or pull.ndim != 2 or not pull.shape[0]:
+    opposite to the last round's released pull (``pull``, one row per round; the caller has flagged
+    ``pulled`` from it).  Post-processing of released values."""
+    if not far_rounds or len(path) <= far_rounds:
         return []
     moved = np.asarray(path[far_rounds], dtype=float) - np.asarray(path[0], dtype=float)
     last = np.asarray(pull[-1], dtype=float)
-    if moved.shape != last.shape or np.shape(pulled) != last.shape:
-        return []
     names = _coordinate_names(model, last.size)
     return [names[j] for j in np.flatnonzero(pulled & (moved * last < 0.0))]
 
@@ -463,7 +462,7 @@ def _saddle_warning(model: Any, result: AdaptationResult) -> str:
     curves upward along a direction, named by its largest coordinates in reported posterior sds.
     Post-processing of released values."""
     names = _coordinate_names(model, np.asarray(result.mode).size)
-    sd = np.sqrt(np.maximum(np.diag(result.covariance), 1e-300))
+    sd = result.posterior_sd
     direction = (np.zeros(sd.size) if result.upward is None
                  else np.where(np.isfinite(result.upward), result.upward / sd, 0.0))
     order = [j for j in np.argsort(-np.abs(direction))[:SADDLE_NAMES] if direction[j] != 0.0]
@@ -517,8 +516,7 @@ def skew_correction(result: AdaptationResult) -> np.ndarray:
     shape = shape_bias(result)
     if result.skew_shift is None:
         return np.zeros_like(shape)
-    post_sd = np.sqrt(np.maximum(np.diag(result.covariance), 0.0))
-    moved = np.sign(result.skew_shift) * np.minimum(shape, SKEW_CORRECTION_MAX) * post_sd
+    moved = np.sign(result.skew_shift) * np.minimum(shape, SKEW_CORRECTION_MAX) * result.posterior_sd
     return np.where(np.isfinite(moved), moved, 0.0)
 
 
@@ -695,8 +693,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         "mixed": bool(result.settled and attrs["gaussian_shape_ok"] and not result.saddle),
         "nonfinite_draws_redrawn": int(redrawn),
         # the centre's move from the private mode by the skew check (largest, posterior sds)
-        "skew_correction": float(np.max(np.abs(moved) / np.sqrt(np.maximum(np.diag(result.covariance),
-                                                                           1e-300)), initial=0.0)),
+        "skew_correction": float(np.max(np.abs(moved) / result.posterior_sd, initial=0.0)),
     })
     if relation == "replace_one":
         attrs["n_rows"] = int(model.n_rows)

@@ -154,6 +154,12 @@ class AdaptationResult(NamedTuple):
     (set by ``stan_dp.auto``, which reads the program)."""
 
     @property
+    def posterior_sd(self) -> np.ndarray:
+        """The reported posterior sd per unconstrained coordinate: the root of
+        :attr:`covariance`'s diagonal, floored at 1e-300 so that it divides safely."""
+        return np.sqrt(np.maximum(np.diag(self.covariance), 1e-300))
+
+    @property
     def dispersed(self) -> bool:
         """The pooled rounds disagreed beyond their noise (:attr:`heterogeneity` > 0)."""
         return self.heterogeneity > 0.0
