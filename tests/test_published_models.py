@@ -8,15 +8,15 @@ off where they do not, and every other component as ``|mean difference| / refere
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import arviz as az
 import numpy as np
 import pytest
 
+# loaded by path, not put on sys.path: benchmarks/distributed.py would shadow Dask's package in
+# the worker processes the distributed tests spawn
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))   # the script imports its neighbours
 spec = importlib.util.spec_from_file_location("published_models", BENCHMARKS / "published_models.py")
 pm = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(pm)
