@@ -94,7 +94,7 @@ import utility  # noqa: E402
 import stan_dp  # noqa: E402
 from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
 from stan_dp.auto import (MCMC_ADAPTATION_SHARE, _adapt, choose_method, rounds_over_dispersed,  # noqa: E402
-                           skew_correction)
+                           shape_bias, skew_correction)
 from stan_dp.density import prior_gradient  # noqa: E402
 from stan_dp.diagnostics import RHAT_MAX  # noqa: E402
 from stan_dp.information_floor import unconstrained_draws  # noqa: E402
@@ -138,6 +138,11 @@ def model_and_reference(name: str, n: int, data_seed: int, workdir: Path,
         stored.parent.mkdir(parents=True, exist_ok=True)
         np.save(stored, draws)
     return model, draws
+
+
+def _finite(value: float) -> float | None:
+    """``value`` as a float, ``None`` where it is not finite (JSON has no NaN)."""
+    return float(value) if np.isfinite(value) else None
 
 
 def reference_rhat(draws: np.ndarray, chains: int = REFERENCE_CHAINS) -> float:
@@ -252,7 +257,19 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "skew_shift_sds": ([] if result.skew_shift_sd is None else
                               [float(v) if np.isfinite(v) else None
                                for v in result.skew_shift_sd * result.posterior_sd / sd]),
-           "noise_sds": [float(v) for v in noise_ref]}
+           "noise_sds": [float(v) for v in noise_ref],
+           # what the chance of a miss is computed from (auto._miss_probability): the released
+           # counts of rows beyond the final bound and beyond TAIL_MULTIPLE times it, with their
+           # noise sds, the bias one clipped row is taken to add, the final whitened bound, and
+           # per coordinate the noise sd and the skew check's shape bias in reported posterior sds
+           "clipped_rows": _finite(result.clipped_rows), "clipped_rows_sd": _finite(result.clipped_rows_sd),
+           "tail_rows": _finite(result.tail_rows), "tail_rows_sd": _finite(result.tail_rows_sd),
+           "bias_per_clipped_row": float(result.clipping_bias_per_row),
+           "bound": float(result.grad_clip * result.clip_adjust),
+           "adaptive_clip": bool(adapted.attrs["adaptive_clip"]),
+           "noise_post": [float(v) for v in np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0))
+                          / result.posterior_sd],
+           "shape_bias": [float(v) for v in shape_bias(result)]}
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)
