@@ -542,10 +542,11 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--far-phase", dest="far_phase", choices=["on", "off"], default=None,
                         help="the sign-led steps from a start far from the posterior before the "
                              "Newton rounds (default: on where its votes can be resolved). 'off' "
-                             "helps where most rows sit at one value: a binary outcome far from 50 "
-                             "%% (5-20 %% events) or counts that are mostly 0 (the steps follow the "
-                             "many rows' direction past the mode, "
-                             "docs/adaptation.md §7, \"Imbalanced binary outcomes\")")
+                             "can still help at about 1,000 rows where most rows sit at one value: "
+                             "a binary outcome far from 50 %% (5-20 %% events) or counts that are "
+                             "mostly 0 (the steps follow the many rows' direction; a step past the "
+                             "mode that collapses their gradients is taken back, a shorter one is "
+                             "not, docs/adaptation.md §7, \"Imbalanced binary outcomes\")")
     sample.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon (whole run)")
     sample.add_argument("--delta", type=float, required=True, help="privacy budget delta (whole run)")
     for dest, kind, text in SAMPLER_OPTIONS:

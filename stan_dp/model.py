@@ -177,8 +177,25 @@ class ZeroRowPart:
         along them (:func:`stan_dp.adaptation.curvature._row_neg_hessians`).  All False where
         the program or the unconstrained names are not known.
         """
+        return self._coordinates_of(self.logit_transformed_parameters)
+
+    @property
+    def log_coordinates(self) -> np.ndarray:
+        """Which unconstrained coordinates belong to :attr:`log_transformed_parameters`
+        (boolean, shape ``(dim,)``; public: the program and the compiled model's names).
+
+        The far phase of the private search does not take back a move along them where the
+        rows' median gradient collapsed (:data:`stan_dp.adaptation.far.COLLAPSE_OCTAVES`): a
+        scale parameter approaching its mode from far below does that.  All False where the
+        program or the unconstrained names are not known.
+        """
+        return self._coordinates_of(self.log_transformed_parameters)
+
+    def _coordinates_of(self, parameters: tuple[str, ...]) -> np.ndarray:
+        """Which unconstrained coordinates belong to the named ``parameters`` (boolean, shape
+        ``(dim,)``; all False where the unconstrained names are not known)."""
         dim = int(getattr(self, "dim", 0) or 0)
-        names = set(self.logit_transformed_parameters)
+        names = set(parameters)
         bridge = getattr(self, "bridge", None)
         if not names or bridge is None:
             return np.zeros(dim, dtype=bool)

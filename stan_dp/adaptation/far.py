@@ -44,6 +44,17 @@ Riedmiller and Braun 1993, on released quantities):
    move reads the start's curvature (which is stale once the point has
    moved: above the mode of a Poisson intercept ``b`` grows like
    ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``).
+4. Where a move other than a coordinate's first shrank its median ``b_j``
+   more than :data:`COLLAPSE_OCTAVES` while the rows' vote still passes the
+   gate the same way, the move is taken back and the coordinate stays
+   there: most rows' gradients vanish along it (they saturate) while they
+   still outvote the few that pull back hard, so the vote cannot tell where
+   the mode is (a binary outcome far from 50 %, counts that are mostly 0),
+   and the next moves would only double into the flat region.  Only where
+   the coordinate alone moved (every coordinate's median depends on all of
+   them), and not along a log- or logit-transformed parameter
+   (:func:`holdable_coordinates`), whose median collapses the same way
+   while a scale rises from far below its mode.
 
 The phase ends where no vote passes the gate — a few to a few tens of
 posterior sds from the mode — and the Newton rounds start there with a
@@ -61,13 +72,14 @@ from typing import Any, Callable
 import numpy as np
 
 from stan_dp.accounting import Release
+from stan_dp.adaptation.curvature import logit_coordinates
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["FAR_ROUNDS", "FAR_SHARE", "far_multipliers", "far_releases", "far_phase", "planned_far_share",
-           "planned_first_median_boost", "vote_noise_forecast"]
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "far_multipliers", "far_releases", "far_phase", "planned_far_share",
+           "planned_first_median_boost", "holdable_coordinates", "collapsed_moves", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
 """Default number of far rounds (``AdaptationSettings.far_rounds``)."""
@@ -118,6 +130,26 @@ gradients are clipped (a logistic regression's: 0.14-0.24 n at its exact mode, n
 one of four seeds walked 17 posterior sds away from a start at the mode, at 0.35 none did."""
 GROWTH = 2.0
 """Step factor while a coordinate's vote keeps its sign (its inverse when the sign flips)."""
+COLLAPSE_OCTAVES = 3.0
+"""A move after which a coordinate's released median ``|g_ij|`` is more than this many octaves
+(8-fold) below the median where the move began, while the rows' own vote (without the prior)
+still passes the gate the same way, is taken back and the coordinate stays there for the rest of
+the phase (:func:`far_phase`, step 4) — if the coordinate alone moved (its median depends on the
+others: a scale's move rescales every row's gradient), the move was not its first (a diagonal
+Newton step, which landed near the mode in every imbalanced case measured, and after which a
+normal mean started far away has shrunk its median by the ratio of the distances) and the
+coordinate is not a scale's (:func:`holdable_coordinates`).  Such a move crossed the scale of most
+rows' gradients without reaching a point where they disagree: they saturate (``|y - p|`` of the
+many rows with ``y = 0`` falls like ``p``), and only a minority that the median-clipped vote
+cannot weigh pulls back.  Logistic regressions with 5 % events (intercept -3.1): the doubled
+second move took the intercept from -3.4 to -10 (9.7 octaves; 3,000 rows, epsilon = 16), from
+-1.9 to -5.8 (5.3 octaves; 1,000 rows, epsilon = 4), or with a flat prior from -2.6 to -7.8 (7.5
+octaves) and on to -49, where every row's curvature is 0; with 20 % events (-1.5) at 1,000 rows,
+epsilon = 4, from near the mode to -4.3 and beyond, 2.3-4 octaves.  3 octaves is twice the later
+medians' resolution (1.5 octaves).  Paired over the 18-model battery (432 runs per cell) the rule
+changed no run at 1,000 rows, epsilon = 16, 2 at epsilon = 4 (``radon``, 28 -> 16 and 20.7 -> 20.5
+sds) and 16 at 3,000 rows, epsilon = 16 (the standardised Poisson GLM, geometric mean 0.85)
+(docs/adaptation.md §7, "Imbalanced binary outcomes")."""
 
 
 def far_multipliers(pld_far: float, rounds: int, quantile_rounds: int,
@@ -228,6 +260,63 @@ def far_releases(pld_far: float, rounds: int, quantile_rounds: int, first_boost:
             *later, Release(z["far vote"], rounds)]
 
 
+def holdable_coordinates(density: Any, d: int) -> np.ndarray:
+    """The coordinates step 4 of :func:`far_phase` may take back and hold (boolean, public): those
+    the density's program puts neither on Stan's log transform (``log_coordinates``) nor on its
+    logit transform with bounds other than ``(0, 1)`` and ``(-1, 1)`` (``bounded_coordinates``,
+    :func:`~stan_dp.adaptation.curvature.logit_coordinates`), both read from the program; none
+    where the density does not say (a NumPy density: the phase as before).
+
+    Scale parameters are declared so, and a scale far from its mode shrinks its rows' median
+    gradient the same way: a sigma at 1 under incomes in dollars (sd 15,000), ``r^2 / sigma^2 -
+    1``, 100-fold in one doubled move while every row still says "larger" (held there, 200-350
+    posterior sds short); a ``uniform(0, 100)`` sigma of log earnings (0.88) in 2 of 24 runs at
+    1,000 rows, epsilon = 4 (held, 50 sds off).  A probability (``<lower=0, upper=1>``) stays: its
+    rows are a binary outcome's."""
+    mask = getattr(density, "log_coordinates", None)
+    if mask is None:
+        return np.zeros(d, dtype=bool)
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != (d,):
+        return np.zeros(d, dtype=bool)
+    logit = logit_coordinates(density, d)
+    return ~mask & ~(np.zeros(d, dtype=bool) if logit is None else logit)
+
+
+def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarray, left_median: np.ndarray,
+                    median: np.ndarray, rows_vote: np.ndarray, gate: float) -> np.ndarray:
+    """Step 4 of :func:`far_phase`: which coordinates' last move to take back (post-processing).
+
+    Parameters
+    ----------
+    moved : ndarray
+        Each coordinate's last move (0: it did not move).
+    repeated : ndarray of bool
+        Whether that move was not the coordinate's first.
+    holdable : ndarray of bool
+        :func:`holdable_coordinates`.
+    left_median, median : ndarray
+        ``log2`` of the released median of ``|g_ij|`` where the move began and where it ended.
+    rows_vote : ndarray
+        The rows' released vote where it ended (without the prior).
+    gate : float
+        The vote's gate (``max(SIGNIFICANCE sd, AGREEMENT n)``).
+
+    Returns
+    -------
+    ndarray of bool
+        The coordinate moved alone (a coordinate's median depends on every coordinate: a scale's
+        move rescales all the rows' gradients), not for the first time, is holdable, its median
+        fell more than :data:`COLLAPSE_OCTAVES`, and the rows still vote beyond the gate the way
+        it moved.
+    """
+    moved = np.asarray(moved, dtype=float)
+    alone = bool(np.count_nonzero(moved) == 1)
+    return (np.asarray(holdable, dtype=bool) & np.asarray(repeated, dtype=bool) & (moved != 0.0) & alone
+            & (np.asarray(left_median) - np.asarray(median) > COLLAPSE_OCTAVES)
+            & (np.sign(rows_vote) == np.sign(moved)) & (np.abs(rows_vote) > gate))
+
+
 def _abs_gradient_rows(density: Any, theta: np.ndarray) -> np.ndarray:
     """Per-row ``|d loglik_i / d theta|`` (shape ``(n, d)``), non-finite entries as ``+inf``."""
     _, grads = density.row_log_lik_grad(theta)
@@ -275,6 +364,11 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     step = np.zeros(d)
     last = np.zeros(d)
     log2_median = None
+    moved = np.zeros(d)        # each coordinate's last move
+    repeated = np.zeros(d, dtype=bool)   # and whether it was not its first (a Newton step)
+    left_median = np.zeros(d)  # log2 of the median where that move began
+    held = np.zeros(d, dtype=bool)   # taken back after a collapse (step 4): stays for the phase
+    holdable = holdable_coordinates(density, d)   # public: the others are never taken back
     points = []
     for k in range(rounds):
         stat = holder.row_statistic(_abs_gradient_rows, theta)
@@ -296,10 +390,16 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         del stat
         sd = ledger.entries[-1].noise_sd
         # ---- post-processing of released values only ----
+        gate = max(SIGNIFICANCE * sd, AGREEMENT * n_public)
+        collapsed = collapsed_moves(moved, repeated, holdable, left_median, log2_median, v, gate)
+        if collapsed.any():   # step 4: take the move back, and stay
+            theta = np.where(collapsed, theta - moved, theta)
+            log2_median = np.where(collapsed, left_median, log2_median)   # the next search's window
+            held |= collapsed
         _, pg = prior_gradient(density, theta)
         with np.errstate(all="ignore"):
             vote = v + np.clip(np.where(np.isfinite(pg), pg, 0.0) / b, -n_public, n_public)
-        significant = moving & (np.abs(vote) > np.maximum(SIGNIFICANCE * sd, AGREEMENT * n_public))
+        significant = moving & ~held & (np.abs(vote) > gate)
         sign = np.sign(vote) * significant
         newton = np.maximum(np.abs(vote) - 2.0 * sd, 0.0) * b * local_sd**2 / max(int(significant.sum()), 1)
         first = significant & (step == 0.0)
@@ -310,8 +410,12 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         move = np.where(significant, sign * np.minimum(step, max_step), 0.0)
         move = np.where(np.isfinite(move), move, 0.0)
         last = np.where(shrink, 0.0, sign)   # after a flip, the next round neither grows nor halves
+        moved = move
+        repeated = ~first
+        left_median = log2_median.copy()
         theta = theta + move
         points.append(theta.copy())
         if on_round is not None:
-            on_round({"theta": theta.copy(), "vote": vote, "vote_sd": sd, "step": step.copy(), "far": True})
+            on_round({"theta": theta.copy(), "vote": vote, "vote_sd": sd, "step": step.copy(), "far": True,
+                      "median": b.copy(), "held": held.copy()})
     return points

@@ -174,7 +174,10 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
                                      z_orientation, ledger, "orientation sum")
     del stat
     idx = np.flatnonzero(data_coordinates)
-    directions = np.eye(d)[:, idx]
+    # where no coordinate got a scale (every row flat in every coordinate: a start far out where a
+    # logistic regression's rows saturate) the planned count releases are made along the first axis
+    # all the same, and the frame is kept
+    directions = np.eye(d)[:, idx] if idx.size else np.eye(d)[:, :1]
     turned = False
     ridged = np.zeros(idx.size, dtype=bool)   # coordinates whose group of R turns
     if idx.size >= 2:

@@ -1,0 +1,141 @@
+"""The far phase takes back a move after which most rows' gradients collapsed while they still agree.
+
+Where most rows sit at one value (a binary outcome far from 50 %), the far
+phase's median-clipped vote counts them and not the few rows that pull back
+hard, so it says "further" at the mode and beyond; its doubled steps then
+walk into the region where the many rows' gradients vanish.  Such a move
+shrinks the released median of ``|g|`` many-fold while the rows' vote still
+passes the gate the same way: the phase takes it back and holds the
+coordinate (:data:`stan_dp.adaptation.far.COLLAPSE_OCTAVES`).  A scale
+parameter rising from far below its mode shrinks its median the same way, so
+log-transformed and logit-transformed coordinates (read from the program) are exempt, and so is every coordinate
+of a density that does not say which are (a NumPy density).  Each test
+sets the rule against the same run without it (docs/adaptation.md §7,
+"Imbalanced binary outcomes").
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+import stan_dp
+import stan_dp.adaptation.far as far
+from stan_dp.adaptation import AdaptationSettings
+from stan_dp.auto import _adapt
+from conftest import stan_test_model
+
+
+def _rare_flat(n: int = 1000) -> dict:
+    """5 % events (intercept -3) on three standard-normal predictors."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 3))
+    y = rng.binomial(1, 1 / (1 + np.exp(-(-3.0 + x @ np.array([0.5, -0.3, 0.2])))))
+    return {"N": n, "D": 3, "X": x, "y": y.astype(int)}
+
+
+def _mle_and_sd(data: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Exact maximum likelihood (the flat-prior mode) by Newton, with the Laplace sds: the oracle."""
+    z = np.column_stack([np.ones(data["N"]), data["X"]])
+    y = np.asarray(data["y"], dtype=float)
+    beta = np.zeros(z.shape[1])
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-(z @ beta)))
+        hess = z.T @ (z * (p * (1 - p))[:, None])
+        beta = beta + np.linalg.solve(hess, z.T @ (y - p))
+    return beta, np.sqrt(np.diag(np.linalg.inv(hess)))
+
+
+def _far_rounds(model, epsilon: float, seed: int):
+    """The far phase's rounds and the adaptation's result, as ``sample`` runs them."""
+    trace: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adapted = _adapt(model, epsilon=epsilon, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
+                         public_n=None, start=np.zeros(model.dim), settings=AdaptationSettings(), trace=trace)
+    return [t for t in trace if t.get("far")], adapted
+
+
+def test_a_doubled_move_into_saturated_rows_is_taken_back(compiled, monkeypatch):
+    """Flat priors, 5 % events, 1,000 rows, epsilon = 16.  The first move takes the intercept from 0
+    to about -2.6 (the MLE is -3.12, sd 0.17); the doubled second move to -7.8, where the median of
+    ``|y - p|`` is 180 times smaller and the non-events still outvote the events: taken back, and
+    alpha held at -2.6 for the rest of the phase; the search then settles within 3 sds.  Without the
+    rule the phase walked on to -49, where every row's curvature is 0 (the run then stopped with a
+    NumPy error in the frame's orientation, now guarded: it runs and warns)."""
+    data = _rare_flat()
+    model = stan_dp.RowModel(compiled(stan_test_model("logistic_flat")), data)
+    mle, sd = _mle_and_sd(data)
+    rounds, adapted = _far_rounds(model, 16.0, 1)
+    held = np.array([t["held"] for t in rounds])
+    assert held[:, 0].any() and not held[:, 1:].any()   # alpha, and only alpha
+    end = rounds[-1]["theta"]
+    assert -3.12 - 6 * 0.17 < end[0] < -3.12 + 4 * 0.17   # where the first move put it
+    assert np.all(np.abs(adapted.result.mode - mle) < 3 * sd)
+
+    monkeypatch.setattr(far, "COLLAPSE_OCTAVES", math.inf)   # the phase as it was
+    rounds, adapted = _far_rounds(model, 16.0, 1)
+    assert rounds[-1]["theta"][0] < -20.0 and not any(t["held"].any() for t in rounds)
+    assert adapted.attrs["warnings"]   # far out, every coordinate flat: it runs, and says so
+
+
+def test_a_scale_rising_from_far_below_is_not_held(compiled, monkeypatch):
+    """Earnings in dollars (sd 15,000) under a flat normal regression: sigma starts at 1 and its
+    doubled moves shrink the median of ``r^2 / sigma^2 - 1`` 100-fold while every row still says
+    "larger".  ``sigma`` is declared ``<lower=0>``: the rule leaves it alone and the run ends within
+    5 posterior sds of the exact log sigma; treated like an unconstrained coordinate it was held
+    hundreds of sds short (the reason for the exemption)."""
+    rng = np.random.default_rng(0)
+    n = 1000
+    male = rng.binomial(1, 0.4, n)
+    height = np.round(64 + 5 * male + rng.normal(0, 3, n))
+    earn = -60000 + 1200 * height + 5000 * male + rng.normal(0, 15000, n)
+    model = stan_dp.RowModel(compiled(stan_test_model("scale_flat")), {"N": n, "x": height, "y": earn})
+    assert model.log_coordinates.tolist() == [False, False, True]
+    z = np.column_stack([np.ones(n), height])
+    resid = earn - z @ np.linalg.lstsq(z, earn, rcond=None)[0]
+    log_sigma, sd = 0.5 * math.log(resid @ resid / n), 1 / math.sqrt(2 * n)   # exact MLE, Laplace sd
+    _, adapted = _far_rounds(model, 16.0, 1)
+    assert abs(adapted.result.mode[2] - log_sigma) < 5 * sd
+
+    monkeypatch.setattr(far, "holdable_coordinates", lambda density, d: np.ones(d, dtype=bool))
+    rounds, adapted = _far_rounds(model, 16.0, 1)
+    assert any(t["held"][2] for t in rounds)
+    assert log_sigma - adapted.result.mode[2] > 100 * sd
+
+
+class _Declared:
+    dim = 4
+    log_coordinates = np.array([False, True, False, False])
+    bounded_coordinates = np.array([False, False, True, False])
+
+
+def test_only_coordinates_the_program_puts_on_no_scale_transform_are_held():
+    # a log-transformed and a logit-transformed (bounds other than (0, 1)) coordinate are scales'
+    assert far.holdable_coordinates(_Declared(), 4).tolist() == [True, False, False, True]
+    assert not far.holdable_coordinates(_Declared(), 5).any()   # a mask of the wrong length: none
+    # a density that does not say (a NumPy density): none, the phase as before
+    assert not far.holdable_coordinates(object(), 2).any() and far.holdable_coordinates(object(), 2).shape == (2,)
+
+
+def test_a_move_is_taken_back_only_when_every_condition_holds():
+    """``collapsed_moves`` against its specification, one condition broken at a time."""
+    n, gate = 1000, 350.0
+    base = dict(moved=np.array([0.0, -3.5, 0.0]), repeated=np.array([True, True, False]),
+                holdable=np.array([True, True, True]), left_median=np.array([-2.0, -3.7, 0.0]),
+                median=np.array([-2.0, -3.7 - (far.COLLAPSE_OCTAVES + 0.5), 0.0]),
+                rows_vote=np.array([0.0, -0.9 * n, 0.0]), gate=gate)
+    assert far.collapsed_moves(**base).tolist() == [False, True, False]
+    broken = {
+        "a shallower drop": dict(median=np.array([-2.0, -3.7 - (far.COLLAPSE_OCTAVES - 0.5), 0.0])),
+        "a first move": dict(repeated=np.array([True, False, False])),
+        "a scale's coordinate": dict(holdable=np.array([True, False, True])),
+        "another coordinate moved too": dict(moved=np.array([0.0, -3.5, 0.2])),
+        "the rows now vote the other way": dict(rows_vote=np.array([0.0, 0.9 * n, 0.0])),
+        "the rows' vote within the gate": dict(rows_vote=np.array([0.0, -0.3 * n, 0.0])),
+        "a rise of the median": dict(median=np.array([-2.0, -3.7 + far.COLLAPSE_OCTAVES + 0.5, 0.0])),
+    }
+    for what, change in broken.items():
+        assert not far.collapsed_moves(**(base | change)).any(), what
