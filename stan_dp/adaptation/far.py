@@ -78,8 +78,9 @@ from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "far_multipliers", "far_releases", "far_phase", "planned_far_share",
-           "planned_first_median_boost", "holdable_coordinates", "collapsed_moves", "vote_noise_forecast"]
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "collapsed_moves", "far_multipliers", "far_releases",
+           "far_phase", "holdable_coordinates", "planned_far_share", "planned_first_median_boost",
+           "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
 """Default number of far rounds (``AdaptationSettings.far_rounds``)."""
@@ -392,7 +393,8 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         # ---- post-processing of released values only ----
         gate = max(SIGNIFICANCE * sd, AGREEMENT * n_public)
         collapsed = collapsed_moves(moved, repeated, holdable, left_median, log2_median, v, gate)
-        if collapsed.any():   # step 4: take the move back, and stay
+        if collapsed.any():   # step 4: take the move back, and stay (the others did not move last
+            # round, so their votes, released at the point the move reached, are read as they are)
             theta = np.where(collapsed, theta - moved, theta)
             log2_median = np.where(collapsed, left_median, log2_median)   # the next search's window
             held |= collapsed
