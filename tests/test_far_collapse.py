@@ -26,26 +26,7 @@ import stan_dp.adaptation.far as far
 from stan_dp.adaptation import AdaptationSettings
 from stan_dp.auto import _adapt
 from conftest import stan_test_model
-
-
-def _rare_flat(n: int = 1000) -> dict:
-    """5 % events (intercept -3) on three standard-normal predictors."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, 3))
-    y = rng.binomial(1, 1 / (1 + np.exp(-(-3.0 + x @ np.array([0.5, -0.3, 0.2])))))
-    return {"N": n, "D": 3, "X": x, "y": y.astype(int)}
-
-
-def _mle_and_sd(data: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Exact maximum likelihood (the flat-prior mode) by Newton, with the Laplace sds: the oracle."""
-    z = np.column_stack([np.ones(data["N"]), data["X"]])
-    y = np.asarray(data["y"], dtype=float)
-    beta = np.zeros(z.shape[1])
-    for _ in range(50):
-        p = 1 / (1 + np.exp(-(z @ beta)))
-        hess = z.T @ (z * (p * (1 - p))[:, None])
-        beta = beta + np.linalg.solve(hess, z.T @ (y - p))
-    return beta, np.sqrt(np.diag(np.linalg.inv(hess)))
+from test_far_start import _map_and_sd, _rare_events
 
 
 def _far_rounds(model, epsilon: float, seed: int):
@@ -65,9 +46,9 @@ def test_a_doubled_move_into_saturated_rows_is_taken_back(compiled, monkeypatch)
     alpha held at -2.6 for the rest of the phase; the search then settles within 3 sds.  Without the
     rule the phase walked on to -49, where every row's curvature is 0 (the run then stopped with a
     NumPy error in the frame's orientation, now guarded: it runs and warns)."""
-    data = _rare_flat()
+    data = _rare_events(1000, prior_scale=None)
     model = stan_dp.RowModel(compiled(stan_test_model("logistic_flat")), data)
-    mle, sd = _mle_and_sd(data)
+    mle, sd = _map_and_sd(data)
     rounds, adapted = _far_rounds(model, 16.0, 1)
     held = np.array([t["held"] for t in rounds])
     assert held[:, 0].any() and not held[:, 1:].any()   # alpha, and only alpha

@@ -179,24 +179,27 @@ def test_moving_parameters_are_named_as_stan_writes_them_with_constrained_values
         "unconstrained coordinate 3 0.5 -> 1 -> 1.5 -> 2"
 
 
-def _rare_events(n: int = 3000) -> dict:
-    """The bundled logistic regression's data with 5 % events (intercept -3)."""
+def _rare_events(n: int = 3000, prior_scale: float | None = 2.5) -> dict:
+    """The bundled logistic regression's data with 5 % events (intercept -3); without
+    ``prior_scale`` for ``tests/stan/logistic_flat.stan`` (flat priors)."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, 3))
     y = rng.binomial(1, 1 / (1 + np.exp(-(-3.0 + x @ np.array([0.5, -0.3, 0.2])))))
-    return {"N": n, "D": 3, "X": x, "y": y.astype(int), "prior_scale": 2.5}
+    data = {"N": n, "D": 3, "X": x, "y": y.astype(int)}
+    return data if prior_scale is None else data | {"prior_scale": prior_scale}
 
 
 def _map_and_sd(data: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Exact MAP of the bundled logistic regression (Newton on the log posterior) and the sds of the
+    """Exact MAP of the logistic regression (Newton on the log posterior; normal(0, prior_scale)
+    priors, flat where ``data`` has no ``prior_scale``: the maximum likelihood) and the sds of the
     Laplace approximation there: an independent oracle for the intercept."""
     x = np.column_stack([np.ones(data["N"]), data["X"]])
-    y, s2 = np.asarray(data["y"], float), data["prior_scale"] ** 2
+    y, precision = np.asarray(data["y"], float), data.get("prior_scale", math.inf) ** -2.0
     theta = np.zeros(x.shape[1])
     for _ in range(50):
         p = 1 / (1 + np.exp(-(x @ theta)))
-        hess = x.T @ (x * (p * (1 - p))[:, None]) + np.eye(x.shape[1]) / s2
-        theta = theta + np.linalg.solve(hess, x.T @ (y - p) - theta / s2)
+        hess = x.T @ (x * (p * (1 - p))[:, None]) + np.eye(x.shape[1]) * precision
+        theta = theta + np.linalg.solve(hess, x.T @ (y - p) - theta * precision)
     return theta, np.sqrt(np.diag(np.linalg.inv(hess)))
 
 
