@@ -274,14 +274,11 @@ def holdable_coordinates(density: Any, d: int) -> np.ndarray:
     posterior sds short); a ``uniform(0, 100)`` sigma of log earnings (0.88) in 2 of 24 runs at
     1,000 rows, epsilon = 4 (held, 50 sds off).  A probability (``<lower=0, upper=1>``) stays: its
     rows are a binary outcome's."""
-    mask = getattr(density, "log_coordinates", None)
-    if mask is None:
-        return np.zeros(d, dtype=bool)
-    mask = np.asarray(mask, dtype=bool)
-    if mask.shape != (d,):
+    log = getattr(density, "log_coordinates", None)
+    if log is None or np.shape(log) != (d,):
         return np.zeros(d, dtype=bool)
     logit = logit_coordinates(density, d)
-    return ~mask & ~(np.zeros(d, dtype=bool) if logit is None else logit)
+    return ~(np.asarray(log, dtype=bool) | (False if logit is None else logit))
 
 
 def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarray, left_median: np.ndarray,
