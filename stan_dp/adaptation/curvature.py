@@ -17,7 +17,7 @@ import numpy as np
 
 from stan_dp.density import prior_gradient
 
-__all__ = ["prior_neg_hessian", "logit_coordinates", "transform_curvature_ratio", "centred_coordinates"]
+__all__ = ["prior_neg_hessian", "declared_mask", "logit_coordinates", "log_coordinates", "transform_curvature_ratio", "centred_coordinates"]
 
 
 def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
@@ -33,14 +33,29 @@ def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     return out
 
 
-def logit_coordinates(density: Any, d: int) -> np.ndarray | None:
-    """The density's coordinates on Stan's logit transform (``bounded_coordinates``, a boolean
-    mask read from the program, public), or None where it declares none."""
-    mask = getattr(density, "bounded_coordinates", None)
+def declared_mask(density: Any, name: str, d: int) -> np.ndarray | None:
+    """The boolean per-coordinate mask ``density.<name>`` (read from the program, public), or None
+    where the density does not declare one of shape ``(d,)`` (a NumPy density)."""
+    mask = getattr(density, name, None)
     if mask is None:
         return None
     mask = np.asarray(mask, dtype=bool)
-    return mask if mask.shape == (d,) and bool(mask.any()) else None
+    return mask if mask.shape == (d,) else None
+
+
+def logit_coordinates(density: Any, d: int) -> np.ndarray | None:
+    """The density's coordinates on Stan's logit transform (``bounded_coordinates``, a boolean
+    mask read from the program, public), or None where it declares none."""
+    mask = declared_mask(density, "bounded_coordinates", d)
+    return mask if mask is not None and bool(mask.any()) else None
+
+
+def log_coordinates(density: Any, d: int) -> np.ndarray | None:
+    """The density's coordinates on Stan's log transform (``log_coordinates``: parameters declared
+    with a lower bound only, a boolean mask read from the program, public), or None where it
+    declares none."""
+    mask = declared_mask(density, "log_coordinates", d)
+    return mask if mask is not None and bool(mask.any()) else None
 
 
 def transform_curvature_ratio(theta: np.ndarray, bounded: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ from typing import Any, Callable
 import numpy as np
 
 from stan_dp.accounting import Release
-from stan_dp.adaptation.curvature import logit_coordinates
+from stan_dp.adaptation.curvature import declared_mask, logit_coordinates
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
@@ -274,11 +274,11 @@ def holdable_coordinates(density: Any, d: int) -> np.ndarray:
     posterior sds short); a ``uniform(0, 100)`` sigma of log earnings (0.88) in 2 of 24 runs at
     1,000 rows, epsilon = 4 (held, 50 sds off).  A probability (``<lower=0, upper=1>``) stays: its
     rows are a binary outcome's."""
-    log = getattr(density, "log_coordinates", None)
-    if log is None or np.shape(log) != (d,):
+    log = declared_mask(density, "log_coordinates", d)
+    if log is None:
         return np.zeros(d, dtype=bool)
     logit = logit_coordinates(density, d)
-    return ~(np.asarray(log, dtype=bool) | (False if logit is None else logit))
+    return ~(log | (False if logit is None else logit))
 
 
 def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarray, left_median: np.ndarray,
