@@ -186,8 +186,9 @@ class ZeroRowPart:
 
         The far phase of the private search does not take back a move along them where the
         rows' median gradient collapsed (:data:`stan_dp.adaptation.far.COLLAPSE_OCTAVES`): a
-        scale parameter approaching its mode from far below does that.  All False where the
-        program or the unconstrained names are not known.
+        scale parameter approaching its mode from far below does that; and its Newton rounds move
+        none of them by more than :data:`stan_dp.adaptation.newton.LOG_STEP_MAX` a round.  All
+        False where the program or the unconstrained names are not known.
         """
         return self._coordinates_of(self.log_transformed_parameters)
 

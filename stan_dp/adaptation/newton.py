@@ -47,15 +47,18 @@ Steps (every data access a Gaussian release written to the ledger):
    directional derivative at the new point points back, and the search
    returns to the secant point; a move to a pool of one round is judged
    too, against :data:`POOL_OVERSHOOT` — then twice the distance to that point,
-   grown x4 after every full step) and a public cap on each unconstrained
-   coordinate (:attr:`AdaptationSettings.max_step`); the frame becomes
+   grown x4 after every full step) and public caps on each unconstrained
+   coordinate (:attr:`AdaptationSettings.max_step`) and on each log-transformed
+   one (:data:`LOG_STEP_MAX`, 3 e-folds); the frame becomes
    ``A_{k+1} = A_k Q Lambda^{-1/2} Q'`` (``H = Q Lambda Q'``; the symmetric root,
    :func:`_next_frame`).
    Near the mode, part of each round's count releases counts the rows
    beyond the gradient bound (the clipping bias the result reports); with
    ``settings.adaptive_clip`` the bound rises while they are more than the
    pooled noise can cover (:func:`allowed_clipped_rows`): clipping bias at
-   strong signal.
+   strong signal.  A round away from the pool raises its bounds by a private
+   median of the norms instead, never below the factor the counts reached
+   (:func:`_median_bound_factor`).
 3. **Pool** the rounds whose Newton step is within a few posterior sds (plus
    its noise) of their point: their mean released curvature (in ``theta``
    space, made positive definite once against the pooled noise; a round made
@@ -101,7 +104,8 @@ from typing import Any
 import numpy as np
 
 from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen,
-                                          centred_coordinates, logit_coordinates, prior_neg_hessian)
+                                          centred_coordinates, log_coordinates, logit_coordinates,
+                                          prior_neg_hessian)
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -117,7 +121,7 @@ from stan_dp.adaptation.skew import skew_check
 from stan_dp.aggregates import RowColumns, queries
 from stan_dp.density import prior_gradient
 
-__all__ = ["private_mode", "KAPPA_STEP", "KAPPA_ADJUST_MAX", "OVERSHOOT", "POOL_OVERSHOOT"]
+__all__ = ["private_mode", "KAPPA_STEP", "KAPPA_ADJUST_MAX", "LOG_STEP_MAX", "OVERSHOOT", "POOL_OVERSHOOT"]
 
 
 KAPPA_STEP = 1.3
@@ -126,6 +130,22 @@ KAPPA_ADJUST_MAX = 4.0
 """Largest factor ``adaptive_clip`` applies to the public gradient bound."""
 
 
+LOG_STEP_MAX = 3.0
+"""Largest move of a log-transformed coordinate (a parameter declared with a lower bound only, read
+from the program: :func:`~stan_dp.adaptation.curvature.log_coordinates`) in one round's full step:
+a factor ``e^3`` (about 20) on the parameter.  A capped round is not near, as under
+:attr:`~stan_dp.adaptation.plan.AdaptationSettings.max_step`.
+
+Along ``log s`` the rows' curvature scales like ``s`` (a rate: Poisson, exponential) or ``1 / s^2``
+(a scale: ``r^2 / sigma^2``), so over a move of ``D`` the quadratic model that set the step is off
+by a factor up to ``e^(2 D)``: beyond a few e-folds the step is an extrapolation.  A Poisson rate of
+mostly-zero counts (``real<lower=0> lambda``, mean 0.05, 1,000 rows, epsilon = 16) left by the far
+phase at ``log lambda = -12.4`` (mode -2.96), where every row's curvature is ``lambda = 4e-6``, took
+a first step of +273; the overshoot's step back (a tenth of it) left it at ``lambda = 3e6``, from
+where the remaining 28 rounds did not return (128 and 153 posterior sds off in two of four runs).
+Capped at 3 the four runs ended 0.03-2.97 sds off, at 6 0.09-23, at 10 0.61-97 (the step back from
+a capped step that overshot lands in the flat region again) (docs/adaptation.md §3, "Log-scale
+steps")."""
 OVERSHOOT = 0.5
 """A full Newton step overshot when the released slope back along it at the new point is more than
 this times the slope it stepped along (and beyond the noise: :func:`_went_too_far`)."""
@@ -165,6 +185,24 @@ def _went_too_far(slope: float, previous_slope: float, back_norm: float, sd_g: f
         return False
     factor = POOL_OVERSHOOT if pooled else OVERSHOOT
     return bool(slope < -2.0 * sd_g * back_norm and slope < -factor * previous_slope)
+
+
+def _median_bound_factor(median: float, raised: float, kappa_far: float) -> float:
+    """Factor on the public gradient bound in a round that starts with no pooled round:
+    ``kappa_far`` times the released median of the rows' whitened norms (in units of the bound),
+    and at least ``raised``, the factor the near rounds' clipped-row counts have raised the bound
+    to (``adaptive_clip``; 1 until they do).
+
+    Without that floor a round the search stepped back to, out of the pool, returned to the
+    public bound that the counts had shown clips too many rows, in a frame wider than the
+    posterior's, where those rows are clipped hardest.  A Poisson rate with 5 % of counts
+    non-zero (3,000 rows, epsilon = 16): every such row's whitened gradient was 7 times the
+    bound, their clipped sum fell below the many zero rows' pull, the released gradient pointed
+    away from the mode (-16 noise sds at a quarter of the rate), and the search alternated 20
+    rounds between that point and the pool's, 23 posterior sds off (docs/adaptation.md §3,
+    "Rounds").  Post-processing of released values.
+    """
+    return max(raised, kappa_far * median)
 
 
 def private_mode(
@@ -223,6 +261,7 @@ def private_mode(
     theta = np.array(init, dtype=float)
     holder = queries(density)
     bounded = logit_coordinates(density, d)   # public: read from the program
+    logs = log_coordinates(density, d)   # public: read from the program (LOG_STEP_MAX)
     far_points: list[np.ndarray] = []
     if s.far_rounds:
         far_scale, far_floor = _initial_scale(holder, theta, n_public, s, zs["far scale"], rng_noise, ledger,
@@ -301,7 +340,7 @@ def private_mode(
                                            n_public=n_public, rounds=s.clip_rounds, noise_multiplier=z_c,
                                            ledger=ledger, what=f"clip count, round {k}",
                                            log2_range=(-20.0, 60.0))
-            bound_g = c_g * max(1.0, s.kappa_far * float(medians[0]))
+            bound_g = c_g * _median_bound_factor(float(medians[0]), adjust, s.kappa_far)
             bound_h = c_h * max(1.0, s.kappa_far * float(medians[1]))
         g_rel, _ = clipped_vector_sum(rng_noise, whitened, bound_g, z_g, ledger, f"gradient sum, round {k}")
         sd_g = ledger.entries[-1].noise_sd
@@ -363,6 +402,10 @@ def private_mode(
             capped = biggest > s.max_step
             if capped:
                 move *= s.max_step / biggest
+            log_move = float(np.max(np.abs(move[logs]))) if logs is not None else 0.0
+            if log_move > LOG_STEP_MAX:   # a few e-folds: beyond, the quadratic model extrapolates
+                move *= LOG_STEP_MAX / log_move
+                capped = True
             noise_level = sd_g * math.sqrt(float(np.sum(h_inv * h_inv)))
             # Near: the Newton step is within a few posterior sds plus its noise and was not
             # shortened (coordinate cap, trust region, gain cap).  Whether the release resolved
