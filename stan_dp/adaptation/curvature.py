@@ -17,7 +17,8 @@ import numpy as np
 
 from stan_dp.density import prior_gradient
 
-__all__ = ["prior_neg_hessian", "declared_mask", "logit_coordinates", "log_coordinates", "transform_curvature_ratio", "centred_coordinates"]
+__all__ = ["prior_neg_hessian", "declared_mask", "logit_coordinates", "log_coordinates",
+           "transform_curvature_ratio", "centred_coordinates"]
 
 
 def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:

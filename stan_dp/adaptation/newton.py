@@ -143,9 +143,9 @@ mostly-zero counts (``real<lower=0> lambda``, mean 0.05, 1,000 rows, epsilon = 1
 phase at ``log lambda = -12.4`` (mode -2.96), where every row's curvature is ``lambda = 4e-6``, took
 a first step of +273; the overshoot's step back (a tenth of it) left it at ``lambda = 3e6``, from
 where the remaining 28 rounds did not return (128 and 153 posterior sds off in two of four runs).
-Capped at 3 the four runs ended 0.03-2.97 sds off, at 6 0.09-23, at 10 0.61-97 (the step back from
-a capped step that overshot lands in the flat region again) (docs/adaptation.md §3, "Log-scale
-steps")."""
+Capped at 3 (with :func:`_median_bound_factor`'s floor) the four runs ended 0.03-2.97 sds off, at
+6 0.09-23, at 10 0.61-97 (the step back from a capped step that overshot lands in the flat region
+again) (docs/adaptation.md §3, "Log-scale steps")."""
 OVERSHOOT = 0.5
 """A full Newton step overshot when the released slope back along it at the new point is more than
 this times the slope it stepped along (and beyond the noise: :func:`_went_too_far`)."""
