@@ -27,6 +27,23 @@ def stan_test_model(name: str) -> Path:
     return TEST_MODELS / f"{name}.stan"
 
 
+def traced_adaptation(model, epsilon: float, seed: int):
+    """``stan_dp.sample``'s adaptation of ``model`` (delta 1e-5, replace-one, default settings and
+    start), its warnings silenced: ``(trace, adapted)``, the trace one dict per far or Newton
+    round (far rounds carry ``"far": True``)."""
+    import warnings
+
+    from stan_dp.adaptation import AdaptationSettings
+    from stan_dp.auto import _adapt
+
+    trace: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adapted = _adapt(model, epsilon=epsilon, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
+                         public_n=None, start=np.zeros(model.dim), settings=AdaptationSettings(), trace=trace)
+    return trace, adapted
+
+
 def plain_curvature_weights(pool, frame):
     """``pooling.curvature_weights`` as the pool had it before it weighed the rounds by their noise in
     the current frame: the plain mean, with the noise sd of one frame (for counterfactual tests)."""

@@ -17,25 +17,18 @@ sets the rule against the same run without it (docs/adaptation.md §7,
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 import stan_dp
 import stan_dp.adaptation.far as far
-from stan_dp.adaptation import AdaptationSettings
-from stan_dp.auto import _adapt
-from conftest import stan_test_model
+from conftest import stan_test_model, traced_adaptation
 from test_far_start import _map_and_sd, _rare_events
 
 
 def _far_rounds(model, epsilon: float, seed: int):
     """The far phase's rounds and the adaptation's result, as ``sample`` runs them."""
-    trace: list = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        adapted = _adapt(model, epsilon=epsilon, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
-                         public_n=None, start=np.zeros(model.dim), settings=AdaptationSettings(), trace=trace)
+    trace, adapted = traced_adaptation(model, epsilon, seed)
     return [t for t in trace if t.get("far")], adapted
 
 

@@ -24,16 +24,13 @@ same runs without it (docs/adaptation.md §3, "Log-scale steps" and "Rounds").
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
 
 import stan_dp
 import stan_dp.adaptation.newton as newton
-from stan_dp.adaptation import AdaptationSettings
-from stan_dp.auto import _adapt
-from conftest import stan_test_model
+from conftest import stan_test_model, traced_adaptation
 
 
 def _rate(compiled, n: int):
@@ -46,11 +43,7 @@ def _rate(compiled, n: int):
 
 def _newton_rounds(model, epsilon: float, seed: int):
     """The Newton rounds' trace and the adaptation's result, as ``sample`` runs them."""
-    trace: list = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        adapted = _adapt(model, epsilon=epsilon, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
-                         public_n=None, start=np.zeros(model.dim), settings=AdaptationSettings(), trace=trace)
+    trace, adapted = traced_adaptation(model, epsilon, seed)
     return [t for t in trace if not t.get("far")], adapted.result
 
 
