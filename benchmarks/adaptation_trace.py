@@ -39,7 +39,11 @@ forecast, an unsettled search, a prior-held mode, a heavy tail), ``p_miss``
 (the chance of a miss beyond 0.5 sds the Gaussian approximation warns on
 above 10 %), ``clipping_bias`` and ``noise`` (the largest noise sd, posterior
 sds), and per coordinate ``errors`` (signed, reference sds) and ``noise_sds``
-(the stated noise sd, in reference sds).  A run beyond 0.5 sds with none of
+(the stated noise sd, in reference sds), and what clipping at the run's
+final bound and frame does to the raw rows at the reference mean
+(:func:`true_clipping`: ``true_clipped``, ``true_excess``,
+``true_clip_bias``; NOT private), against which the stated clipping bias is
+judged.  A run beyond 0.5 sds with none of
 ``adapt_warned``, ``p_miss > 0.1`` or ``over_dispersed`` is a silent miss
 where the target is 0.5; ``benchmarks/warning_calibration.py`` sets the
 stated chances and noise of such files against what happened.
@@ -180,6 +184,26 @@ def exact_gradient(model: Any, theta: np.ndarray, frame: np.ndarray) -> np.ndarr
     return frame.T @ (total + np.where(np.isfinite(pg), pg, 0.0))
 
 
+def true_clipping(model: Any, mean: np.ndarray, cov: np.ndarray, frame: np.ndarray,
+                  bound: float) -> dict[str, Any]:
+    """What clipping at the run's final ``bound`` in its final ``frame`` does at the reference mean,
+    from the raw rows without noise (NOT private: the yardstick the stated clipping bias is set
+    against).  ``true_clipped``: rows whose whitened gradient norm exceeds ``bound``;
+    ``true_beyond2``: beyond twice it; ``true_max_ratio``: the largest norm over ``bound``;
+    ``true_excess``: the length of the clipped rows' summed excess over ``bound`` (whitened);
+    ``true_clip_bias``: per coordinate, in reference sds, how far that excess moves the root of the
+    clipped score to first order (``-cov A^-T e``, signed as ``errors``)."""
+    _, grads = model.row_log_lik_grad(mean)
+    w = np.asarray(grads, dtype=float).reshape(-1, mean.size) @ frame
+    norms = np.linalg.norm(w, axis=1)
+    keep = np.minimum(1.0, bound / np.maximum(norms, 1e-300))
+    excess = (w * (1.0 - keep)[:, None]).sum(axis=0)
+    shift = -cov @ np.linalg.solve(frame.T, excess) / np.sqrt(np.diag(cov))
+    return {"true_clipped": int((norms > bound).sum()), "true_beyond2": int((norms > 2.0 * bound).sum()),
+            "true_max_ratio": float(norms.max() / bound), "true_excess": float(np.linalg.norm(excess)),
+            "true_clip_bias": [float(v) for v in shift]}
+
+
 def print_rounds(model: Any, newton: list[dict[str, Any]], mean: np.ndarray, cov: np.ndarray,
                  sd: np.ndarray) -> None:
     """One line per Newton round (``newton``: the trace's Newton rounds): distance in ``sd`` units,
@@ -269,7 +293,10 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "adaptive_clip": bool(adapted.attrs["adaptive_clip"]),
            "noise_post": [float(v) for v in np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0))
                           / result.posterior_sd],
-           "shape_bias": [float(v) for v in shape_bias(result)]}
+           "shape_bias": [float(v) for v in shape_bias(result)],
+           "clip_adjust": float(result.clip_adjust)}
+    if np.all(np.isfinite(result.frame)) and np.all(np.isfinite(mean)):
+        out |= true_clipping(model, mean, cov, result.frame, float(result.grad_clip * result.clip_adjust))
     if newton:
         blind = [bool(np.all(t["eig"] <= min(1.0, t["tau"]) * (1.0 + 1e-9))) for t in newton]
         _, first_max = frame_eigenvalues(newton[0]["frame"], cov)
