@@ -106,6 +106,7 @@ import numpy as np
 from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen,
                                           centred_coordinates, log_coordinates, logit_coordinates,
                                           prior_neg_hessian)
+from stan_dp.adaptation.clipped_count import pooled_clipped_rows
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -288,6 +289,8 @@ def private_mode(
     # adaptive_clip: factor on the public gradient bound near the mode, and the released counts
     # of rows beyond the bound at the current factor, and their mean's noise sd
     adjust, clipped_counts, sd_n = 1.0, [], math.nan
+    level = 0   # raises so far: the bound is c_g * KAPPA_STEP ** level near the mode
+    level_counts: dict[int, list[float]] = {}   # every level's released counts (clipped_count)
     allowed = allowed_clipped_rows(z_g, s.rounds, relation)
     adaptive = bool(s.adaptive_clip)
     if not 0 < s.clipped_repeats < s.clip_rounds:
@@ -318,6 +321,7 @@ def private_mode(
             tail_counts.append(float(np.mean(counts)))
             tail_sd = z_c / math.sqrt(tail_repeats)
             bound_g, bound_h = c_g * adjust, c_h
+            release_level = level   # this round's releases are at this bound, whatever the count says
             # rows beyond this round's bound (released), pooled over the rounds at this bound: the
             # clipping bias the result reports (every run); with adaptive_clip, too many of them
             # raise the bound for the next rounds (post-processing; none after the last round: a
@@ -325,11 +329,13 @@ def private_mode(
             counts = noisy_counts(rng_noise, tail, np.array([adjust]), z_c, ledger,
                                   f"clipped count, round {k}", repeats=s.clipped_repeats)
             clipped_counts.append(float(np.mean(counts)))
+            level_counts.setdefault(level, []).append(clipped_counts[-1])
             sd_n = z_c / math.sqrt(s.clipped_repeats * len(clipped_counts))
             if (adaptive and k + 1 < s.rounds and float(np.mean(clipped_counts)) - 2.0 * sd_n > allowed
                     and adjust * KAPPA_STEP <= KAPPA_ADJUST_MAX):
                 adjust *= KAPPA_STEP
                 clipped_counts = []
+                level += 1
         else:
             # Far from the mode (or in a frame that is still wrong) the rows are
             # larger than the public forecast: a private median of both norms
@@ -341,6 +347,7 @@ def private_mode(
                                            ledger=ledger, what=f"clip count, round {k}",
                                            log2_range=(-20.0, 60.0))
             bound_g = c_g * _median_bound_factor(float(medians[0]), adjust, s.kappa_far)
+            release_level = level   # at least this level's bound (its count is the conservative one)
             bound_h = c_h * max(1.0, s.kappa_far * float(medians[1]))
         g_rel, _ = clipped_vector_sum(rng_noise, whitened, bound_g, z_g, ledger, f"gradient sum, round {k}")
         sd_g = ledger.entries[-1].noise_sd
@@ -425,6 +432,7 @@ def private_mode(
                 # so that neither the evaluation point nor the frame wanders by
                 # the noise of a single round.
                 pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
+                             "level": release_level, "grad_sd": sd_g,
                              "grad_precision": frame @ frame.T / sd_g**2,
                              "hess": inv_frame.T @ h_rel @ inv_frame,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h,
@@ -510,8 +518,16 @@ def private_mode(
     prior_share = float(np.max(shares)) if shares.size else 0.0
     tail_rows = float(np.mean(tail_counts)) if tail_counts else math.nan
     tail_rows_sd = tail_sd / math.sqrt(len(tail_counts)) if tail_counts else math.inf
+    # the counts at the final bound (sd_n: of the counts since the last raise), or where the
+    # estimate pools rounds, theirs at the bounds they were released at (clipped_count)
     clipped_rows = float(np.mean(clipped_counts)) if clipped_counts else math.nan
-    clipped_sd = sd_n if clipped_counts else math.nan   # sd_n: of the counts kept since the last raise
+    clipped_sd = sd_n if clipped_counts else math.nan
+    if used >= 2:
+        pooled_count = pooled_clipped_rows([r["level"] for r in pool], [r["grad_sd"] for r in pool],
+                                           level_counts, level, KAPPA_STEP,
+                                           z_c / math.sqrt(s.clipped_repeats))
+        if np.isfinite(pooled_count[0]):
+            clipped_rows, clipped_sd = pooled_count
     return AdaptationResult(mode, covariance, 0.5 * (noise_cov + noise_cov.T), frame, c_g, ledger,
                             used, settled, np.array(path), prior_share, tail_rows, tail_rows_sd, adjust,
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd,

@@ -113,7 +113,10 @@ class AdaptationResult(NamedTuple):
     axes kept, or ``orient`` off)."""
     clipped_rows: float = math.nan
     """Released estimate of the rows beyond the final gradient bound (``grad_clip *
-    clip_adjust``), the mean of the counts made at that bound (NaN: no round near the mode)."""
+    clip_adjust``) as the estimate's rounds saw them: the mean of the counts made at that bound,
+    or, where two or more rounds are pooled, their precision-weighted counts at the bounds they
+    were released at, in units of the final bound (:mod:`stan_dp.adaptation.clipped_count`: rounds
+    from before a raise keep their weight and their clipping).  NaN: no round near the mode."""
     dispersion: float = math.nan
     """How much the pooled rounds' one-step estimates disagree, relative to their privacy noise:
     ``Q / (d (K - 1))``, ``Q`` the precision-weighted sum of squares about the pooled mode
