@@ -109,6 +109,7 @@ class ZeroRowPart:
     _cmdstan: Any = None
     _log_transformed: tuple[str, ...] | None = None
     _logit_transformed: tuple[str, ...] | None = None
+    _ordered: dict[str, str] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -181,8 +182,11 @@ class ZeroRowPart:
 
     @property
     def log_coordinates(self) -> np.ndarray:
-        """Which unconstrained coordinates belong to :attr:`log_transformed_parameters`
-        (boolean, shape ``(dim,)``; public: the program and the compiled model's names).
+        """Which unconstrained coordinates are on Stan's log transform: those of
+        :attr:`log_transformed_parameters`, and an ``ordered`` vector's increments (all but its
+        first element) or every element of a ``positive_ordered`` one
+        (:func:`stan_dp.stan_source.ordered_parameters`); boolean, shape ``(dim,)``; public: the
+        program and the compiled model's names.
 
         The far phase of the private search does not take back a move along them where the
         rows' median gradient collapsed (:data:`stan_dp.adaptation.far.COLLAPSE_OCTAVES`): a
@@ -190,43 +194,63 @@ class ZeroRowPart:
         none of them by more than :data:`stan_dp.adaptation.newton.LOG_STEP_MAX` a round.  All
         False where the program or the unconstrained names are not known.
         """
-        return self._coordinates_of(self.log_transformed_parameters)
+        mask = self._coordinates_of(self.log_transformed_parameters)
+        ordered = self._bounded_parameters()[2]
+        names = self._unconstrained_names() if ordered else None
+        if names is not None:
+            for j, name in enumerate(names):
+                parts = name.split(".")
+                kind = ordered.get(parts[0])
+                # BridgeStan names an element "c.2" ("c.1.2" in an array of vectors: the vector's
+                # index last); an ordered vector's first element is its free location
+                if kind == "positive_ordered" or (kind == "ordered" and parts[-1] != "1"):
+                    mask[j] = True
+        return mask
+
+    def _unconstrained_names(self) -> list[str] | None:
+        """BridgeStan's unconstrained coordinate names (``beta.2``), or None where unknown or not
+        one per coordinate."""
+        dim = int(getattr(self, "dim", 0) or 0)
+        bridge = getattr(self, "bridge", None)
+        if bridge is None:
+            return None
+        try:
+            names = [str(u) for u in bridge.param_unc_names()]
+        except Exception as err:  # noqa: BLE001 - unknown: no coordinate is marked
+            logger.debug("could not read the unconstrained names: %s", err)
+            return None
+        return names if len(names) == dim else None
 
     def _coordinates_of(self, parameters: tuple[str, ...]) -> np.ndarray:
         """Which unconstrained coordinates belong to the named ``parameters`` (boolean, shape
         ``(dim,)``; all False where the unconstrained names are not known)."""
         dim = int(getattr(self, "dim", 0) or 0)
         names = set(parameters)
-        bridge = getattr(self, "bridge", None)
-        if not names or bridge is None:
+        unconstrained = self._unconstrained_names() if names else None
+        if unconstrained is None:   # BridgeStan names an element of a container "beta.2"
             return np.zeros(dim, dtype=bool)
-        try:   # BridgeStan names an element of a container "beta.2"
-            unconstrained = [str(u).split(".")[0] for u in bridge.param_unc_names()]
-        except Exception as err:  # noqa: BLE001 - unknown: no coordinate is treated as bounded
-            logger.debug("could not read the unconstrained names: %s", err)
-            return np.zeros(dim, dtype=bool)
-        if len(unconstrained) != dim:
-            return np.zeros(dim, dtype=bool)
-        return np.array([u in names for u in unconstrained], dtype=bool)
+        return np.array([u.split(".")[0] in names for u in unconstrained], dtype=bool)
 
-    def _bounded_parameters(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """``(log_transformed_parameters, logit_transformed_parameters)``, from one reading of
-        the program (cached)."""
-        if self._log_transformed is None or self._logit_transformed is None:
+    def _bounded_parameters(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
+        """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
+        from one reading of the program (cached)."""
+        if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
             from stan_dp.stan_source import (canonical_program, log_transformed_parameters,
-                                             logit_transformed_parameters)
+                                             logit_transformed_parameters, ordered_parameters)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
+            ordered: dict[str, str] = {}
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
                                                 self._stanc_args)
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
+                    ordered = ordered_parameters(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
-            self._log_transformed, self._logit_transformed = log, logit
-        return self._log_transformed, self._logit_transformed
+            self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
+        return self._log_transformed, self._logit_transformed, self._ordered
 
 
 class RowModel(ZeroRowPart):

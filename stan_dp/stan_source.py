@@ -39,6 +39,7 @@ __all__ = [
     "canonical_program",
     "log_transformed_parameters",
     "logit_transformed_parameters",
+    "ordered_parameters",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -597,6 +598,25 @@ def log_transformed_parameters(program: str) -> tuple[str, ...]:
         if "lower" in bounds and "upper" not in bounds:
             out.append(name)
     return tuple(out)
+
+
+ORDERED_TYPES = ("ordered", "positive_ordered")
+"""Constrained vector types whose unconstrained coordinates are logarithms: an ``ordered`` vector's
+increments (``x_k = x_{k-1} + exp(u_k)`` for ``k > 1``; its first element is free) and every
+element of a ``positive_ordered`` one (``x_1 = exp(u_1)`` too)."""
+
+
+def ordered_parameters(program: str) -> dict[str, str]:
+    """The parameters declared ``ordered`` or ``positive_ordered`` (scalars of those types or arrays
+    of them), by name, with their type (:data:`ORDERED_TYPES`).
+
+    Reads the ``parameters`` block of a canonical program, never data.  Their log-transformed
+    coordinates move the log density as a scale parameter's do (a cut point's gap, a mixture's
+    separation), so the private search caps their steps like those of
+    :func:`log_transformed_parameters` (:attr:`stan_dp.model.ZeroRowPart.log_coordinates`).
+    """
+    return {name: decl.base for name, (decl, _) in _declarations(program, "parameters").items()
+            if decl.base in ORDERED_TYPES}
 
 
 def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],

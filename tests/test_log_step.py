@@ -52,6 +52,25 @@ def test_the_program_says_the_rate_is_log_transformed(compiled):
     assert model.log_coordinates.tolist() == [True]
 
 
+def test_an_ordered_vector_s_increments_are_log_coordinates(compiled):
+    """``ordered[2] mu`` is sampled as ``(mu_1, log(mu_2 - mu_1))``: its second coordinate is capped
+    like ``vector<lower=0>[2] sigma``'s, its first (a location) is not, and neither is the mixing
+    proportion on ``(0, 1)``; the scale rule's names keep to lower-bounded declarations."""
+    model = stan_dp.RowModel(compiled(stan_test_model("normal_mixture")), {"N": 3, "y": [40.0, 55.0, 70.0]})
+    assert model.bridge.param_unc_names() == ["mu.1", "mu.2", "sigma.1", "sigma.2", "lambda"]
+    assert model.log_coordinates.tolist() == [False, True, True, True, False]
+    assert model.log_transformed_parameters == ("sigma",)
+
+
+def test_the_program_reader_finds_ordered_and_positive_ordered_declarations():
+    from stan_dp.stan_source import ordered_parameters
+
+    program = ("parameters {\n  ordered[3] c;\n  array[2] positive_ordered[2] p;\n  vector<lower=0>[2] s;\n"
+               "  real a;\n}\n")
+    assert ordered_parameters(program) == {"c": "ordered", "p": "positive_ordered"}
+    assert ordered_parameters("data {\n  int N;\n}\n") == {}
+
+
 @pytest.mark.parametrize("seed", [1, 4])
 def test_a_rate_left_in_the_flat_region_comes_in_by_capped_steps(compiled, monkeypatch, seed):
     """1,000 rows (47 non-zero), epsilon = 16.  The far phase ends near ``log lambda = -12.4``
