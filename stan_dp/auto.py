@@ -636,7 +636,8 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
                            "leaves out how far the mode may still be: the intervals are not credible "
                            "intervals")
         elif attrs["clipping_bias_bound"] > 0.0:
-            counted = ("released count" if attrs["adaptive_clip"] else
+            counted = ("released counts of the rows beyond the bound each pooled round was made at, "
+                       "including rounds before the bound rose" if attrs["adaptive_clip"] else
                        "released counts of the rows beyond the bound and beyond twice it, the "
                        "latter as if they all pushed one way")
             consequence = (f"and the rows beyond the clip bound can bias it by about "
