@@ -311,6 +311,10 @@ def private_mode(
         whitened = RowColumns(holder, stat, 0, d)
         mats = RowColumns(holder, stat, d, d + d * d)
         norms = RowColumns(holder, stat, d + d * d, d + d * d + 2)
+        # the level this round's releases are made at: a raise below takes effect from the next
+        # round; away from the pool the medians' bound is at least this level's (whose count,
+        # the larger, the report then uses: clipped_count)
+        release_level = level
         if pool:
             # Near the mode the bounds are the public forecast and the medians
             # are not needed: the same count releases (same multiplier) check
@@ -321,7 +325,6 @@ def private_mode(
             tail_counts.append(float(np.mean(counts)))
             tail_sd = z_c / math.sqrt(tail_repeats)
             bound_g, bound_h = c_g * adjust, c_h
-            release_level = level   # this round's releases are at this bound, whatever the count says
             # rows beyond this round's bound (released), pooled over the rounds at this bound: the
             # clipping bias the result reports (every run); with adaptive_clip, too many of them
             # raise the bound for the next rounds (post-processing; none after the last round: a
@@ -347,7 +350,6 @@ def private_mode(
                                            ledger=ledger, what=f"clip count, round {k}",
                                            log2_range=(-20.0, 60.0))
             bound_g = c_g * _median_bound_factor(float(medians[0]), adjust, s.kappa_far)
-            release_level = level   # at least this level's bound (its count is the conservative one)
             bound_h = c_h * max(1.0, s.kappa_far * float(medians[1]))
         g_rel, _ = clipped_vector_sum(rng_noise, whitened, bound_g, z_g, ledger, f"gradient sum, round {k}")
         sd_g = ledger.entries[-1].noise_sd
