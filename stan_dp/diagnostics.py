@@ -605,6 +605,19 @@ def _mixing(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rhat, ess
 
 
+def _constant_components(values: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per component of the private ``(chain, draw, K)`` draws and the reference's ``(draws, K)``:
+    ``fixed``, constant in both (every draw the same value; structural, like a Cholesky factor's
+    upper triangle), and ``stuck``, some private chain never moved while the reference varies.
+    Judged only with at least 4 draws per chain, as R-hat is (:func:`_mixing`)."""
+    k = values.shape[2]
+    if values.shape[1] < 4:
+        return np.zeros(k, dtype=bool), np.zeros(k, dtype=bool)
+    still = np.ptp(values, axis=1) == 0   # (chain, K): the chain never moved along the component
+    varies = np.ptp(reference, axis=0) > 0
+    return still.all(axis=0) & ~varies, still.any(axis=0) & varies
+
+
 def _attr_warnings(attrs: Mapping[str, Any]) -> list[str]:
     """``attrs["warnings"]`` as a list of strings (a list, a string, or a JSON list)."""
     raw = attrs.get("warnings")
@@ -621,6 +634,19 @@ def _attr_warnings(attrs: Mapping[str, Any]) -> list[str]:
                 pass
         return [line for line in text.splitlines() if line.strip()]
     return [str(w) for w in np.asarray(raw, dtype=object).ravel() if str(w).strip()]
+
+
+def _number(v: Any, spec: str) -> str:
+    """``v`` formatted by ``spec``; ``-`` where it is missing or NaN (a constant component's error)."""
+    return "-" if v is None or np.isnan(v) else format(v, spec)
+
+
+def _rhat_text(r: float) -> str:
+    """R-hat for the table: 3 decimals; 3 significant digits beyond 1,000 (chains stuck apart give
+    10^15); ``inf`` for a chain that never moved; ``-`` where it is not computed."""
+    if not np.isfinite(r):
+        return "inf" if np.isinf(r) else "-"
+    return f"{r:.3g}" if r >= 1e3 else f"{r:.3f}"
 
 
 def _fmt(v: Any, digits: int = 4) -> str:
@@ -735,8 +761,11 @@ class Comparison:
 
     @property
     def max_rhat(self) -> float:
-        """Largest R-hat of the private draws (NaN when it cannot be computed)."""
-        return self._stat("rhat", np.max)
+        """Largest R-hat of the private draws: ``inf`` where some chain never moved along a
+        component the reference varies in, NaN when it cannot be computed."""
+        col = self.column("rhat")
+        col = col[~np.isnan(col)]
+        return float(col.max()) if col.size else float("nan")
 
     @property
     def min_ess_bulk(self) -> float:
@@ -745,9 +774,9 @@ class Comparison:
 
     @property
     def mixed(self) -> bool:
-        """False when some R-hat is above :data:`RHAT_MAX` (unknown R-hat counts as mixed)."""
-        r = self.max_rhat
-        return not (np.isfinite(r) and r > RHAT_MAX)
+        """False when some R-hat is above :data:`RHAT_MAX`, ``inf`` included (a chain that never
+        moved); unknown R-hat counts as mixed."""
+        return not self.max_rhat > RHAT_MAX
 
     def headline(self) -> dict[str, float]:
         """The summary figures, each growing with the error (and the MMD)."""
@@ -776,9 +805,14 @@ class Comparison:
     def mixing_text(self) -> str:
         """R-hat and ESS of the private draws in one line, saying plainly when they did not mix."""
         r, e = self.max_rhat, self.min_ess_bulk
+        if np.isinf(r):   # some chain never moved along a component the reference varies in
+            return (f"NOT MIXED: private draws: some chain never moved (R-hat inf; > {RHAT_MAX})")
         if not np.isfinite(r):
-            return "private draws: R-hat and ESS not available (too few draws)"
-        text = f"private draws: max R-hat {r:.3f}, min bulk ESS {e:.0f}"
+            why = ("every compared component is constant in both fits"
+                   if self.rows and all(any(f.startswith("constant") for f in row["flags"])
+                                        for row in self.rows) else "too few draws")
+            return f"private draws: R-hat and ESS not available ({why})"
+        text = f"private draws: max R-hat {_rhat_text(r)}, min bulk ESS {e:.0f}"
         if r > RHAT_MAX:
             text = f"NOT MIXED: {text} (R-hat > {RHAT_MAX})"
         elif e < ESS_MIN:
@@ -796,9 +830,9 @@ class Comparison:
                 r["name"],
                 _fmt(r.get("mean")), _fmt(r.get("ref_mean")), _fmt(r.get("sd")),
                 _fmt(r.get("ref_sd")),
-                f"{r.get('std_mean_error', np.nan):+.3f}", f"{r.get('sd_ratio', np.nan):.3f}",
-                f"{r.get('w1', np.nan):.3f}", f"{r.get('coverage', np.nan):.3f}",
-                f"{r.get('rhat', np.nan):.3f}".replace("nan", "-"), _fmt(None if not np.isfinite(r.get("ess_bulk", np.nan))
+                _number(r.get('std_mean_error'), "+.3f"), _number(r.get('sd_ratio'), ".3f"),
+                _number(r.get('w1'), ".3f"), _number(r.get('coverage'), ".3f"),
+                _rhat_text(r.get('rhat', np.nan)), _fmt(None if not np.isfinite(r.get("ess_bulk", np.nan))
                                              else float(round(r["ess_bulk"])), 6),
                 ", ".join(r.get("flags", [])),
             ])
@@ -876,8 +910,11 @@ class Comparison:
         if self._x is None or self._y is None:
             raise ValueError("this comparison has no draws to plot")
         private_label = private_label or self._private_label()
-        n = len(self.rows)
-        order = list(range(n))
+        # components constant in both fits (flagged "constant") have no densities to compare
+        shown = [k for k, row in enumerate(self.rows)
+                 if not any(f.startswith("constant") for f in row.get("flags", []))]
+        order = shown or list(range(len(self.rows)))
+        n = len(order)
         capped = n > max_panels
         if capped:
             err = np.nan_to_num(np.abs(self.column("std_mean_error")), nan=-1.0)
@@ -1021,10 +1058,21 @@ def compare(
     w1 = wasserstein_sd(x, y)
     coverage = ((y >= lo) & (y <= hi)).mean(0)
     rhat, ess = _mixing(p.values)
+    fixed, stuck = _constant_components(p.values, y)
+    # ArviZ's R-hat of a chain that never moved is inf or NaN and its ESS the draw count: neither
+    # says what happened.  A component the chains never moved along is infinitely far from mixed
+    # (within-chain variance 0); one constant in both fits (a Cholesky factor's fixed entries) has
+    # no mixing to judge.
+    rhat = np.where(stuck, np.inf, np.where(fixed, np.nan, rhat))
+    ess = np.where(stuck | fixed, np.nan, ess)
     rows: list[dict[str, Any]] = []
     for k, name in enumerate(names):
         flags = []
-        if np.isfinite(rhat[k]) and rhat[k] > RHAT_MAX:
+        if fixed[k]:
+            flags.append("constant" if mean[k] == ref_mean[k] else "constant, differs")
+        if stuck[k]:
+            flags.append("not moving")
+        if (np.isfinite(rhat[k]) or stuck[k]) and rhat[k] > RHAT_MAX:
             flags.append("not mixed")
         if np.isfinite(ess[k]) and ess[k] < ESS_MIN:
             flags.append("low ESS")
@@ -1047,6 +1095,20 @@ def compare(
                         reference=reference, notes=[], warnings=warns, _x=x, _y=y)
     not_mixed = [row["name"] for row in rows if "not mixed" in row["flags"]]
     low_ess = [row["name"] for row in rows if "low ESS" in row["flags"]]
+    if stuck.any():
+        never = int((np.ptp(p.values, axis=1) == 0)[:, stuck].any(axis=1).sum())
+        result.notes.append(
+            f"{never} of {p.values.shape[0]} private chain(s) never moved along "
+            f"{_short([names[k] for k in np.flatnonzero(stuck)])}: every draw of such a chain is "
+            "the same value, while the reference varies there")
+    if fixed.any():
+        differ = [names[k] for k in np.flatnonzero(fixed) if mean[k] != ref_mean[k]]
+        result.notes.append(
+            f"{_short([names[k] for k in np.flatnonzero(fixed)])} are constant in both fits (fixed "
+            "by the parametrisation, such as a Cholesky factor's upper triangle): they carry no "
+            "error and the plot leaves them out"
+            + (f"; but {_short(differ)} are fixed at different values in the two fits" if differ
+               else ""))
     if not_mixed:
         result.notes.append(
             f"the private chains have NOT MIXED (R-hat > {RHAT_MAX}) for {_short(not_mixed)}: "

@@ -531,3 +531,53 @@ def test_stan_summary_labels_rows_with_stan_names():
     assert sorted(table.index) == sorted(["alpha", "b[1]", "b[2]"] + [
         f"Sigma[{i},{j}]" for i in (1, 2) for j in (1, 2, 3)])
     assert table.loc["Sigma[2,1]", "mean"] == pytest.approx(3.0, abs=0.5)
+
+
+def test_chains_that_never_moved_are_not_mixed_even_when_arviz_cannot_say():
+    """Four chains stuck at one point (every draw identical: a sampler that never accepted) give
+    ArviZ an R-hat of NaN and an ESS of the draw count; the comparison must call them not mixed,
+    not "too few draws"."""
+    rng = np.random.default_rng(21)
+    ref = {"a": rng.normal(size=(4, 400)), "b": rng.normal(2.0, 1.0, size=(4, 400))}
+    same = compare({"a": np.zeros((4, 400)), "b": np.full((4, 400), 2.0)}, ref)
+    assert not same.mixed and same.max_rhat == np.inf
+    assert all(r["flags"][:2] == ["not moving", "not mixed"] for r in same.rows)
+    assert np.isnan(same.column("ess_bulk")).all()
+    text = str(same)
+    assert "NOT MIXED" in text and "4 of 4 private chain(s) never moved along a, b" in text
+    assert "not credible intervals" in text and "too few draws" not in text
+    # one stuck chain among three that mix: only that chain is counted, the component is not mixed
+    moving = rng.normal(size=(4, 400))
+    moving[2] = 0.3
+    one = compare({"a": moving, "b": rng.normal(2.0, 1.0, size=(4, 400))}, ref)
+    assert one.rows[0]["flags"][:2] == ["not moving", "not mixed"]
+    assert "not moving" not in one.rows[1]["flags"] and "1 of 4 private chain(s)" in str(one)
+    assert "inf" in str(one).splitlines()[1]   # its R-hat column
+
+
+def test_components_constant_in_both_fits_are_named_not_scored_and_not_plotted():
+    """A Cholesky factor's fixed entries (L[1,1] = 1, the upper triangle 0) are constant in the
+    private and the reference draws alike: no error, no mixing verdict, no panel; a value fixed
+    differently in the two fits is said so."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(22)
+    ref_free = rng.normal(0.6, 0.01, size=(2, 300))
+    ref = {"L": np.stack([np.ones((2, 300)), ref_free, np.zeros((2, 300))], axis=-1)}
+    priv = {"L": np.stack([np.ones((2, 300)), ref_free + 0.005 * rng.normal(size=(2, 300)),
+                           np.zeros((2, 300))], axis=-1)}
+    cmp = compare(priv, ref)
+    assert [r["flags"] for r in cmp.rows] == [["constant"], [], ["constant"]]
+    assert cmp.mixed and np.isfinite(cmp.max_rhat) and cmp.max_rhat < RHAT_MAX
+    free = cmp.rows[1]["std_mean_error"]
+    assert cmp.worst_std_mean_error == pytest.approx(abs(free))   # the constants are not scored
+    text = str(cmp)
+    assert "L[1], L[3] are constant in both fits" in text and "different values" not in text
+    assert text.splitlines()[1].split()[5] == "-"   # std_mean_error of L[1]
+    fig = cmp.figure()
+    assert [ax.get_title() for ax in fig.axes] == ["L[2]"]
+    plt.close(fig)
+    priv["L"][..., 2] = 0.5
+    moved = compare(priv, ref)
+    assert moved.rows[2]["flags"] == ["constant, differs"]
+    assert "but L[3] are fixed at different values in the two fits" in str(moved)
