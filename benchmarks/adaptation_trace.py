@@ -136,7 +136,8 @@ def model_and_reference(name: str, n: int, data_seed: int, workdir: Path,
             std = stan_dp.reference_fit(path, utility.simulate(glm, n, data_seed, False), seed=data_seed + 1)
             ref = utility.mapped_reference(std)
         else:   # the seed published_models.py and utility.py give NUTS
-            ref = stan_dp.reference_fit(path, data, seed=data_seed + 1)
+            ref = stan_dp.reference_fit(path, data, seed=data_seed + 1,
+                                        **published_models.REFERENCE_OPTIONS.get(name, {}))
     draws = unconstrained_draws(model, ref)
     if stored is not None:
         stored.parent.mkdir(parents=True, exist_ok=True)
