@@ -190,9 +190,17 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     if not converged:
         return unchanged
     p_full = prior_theta(theta)
+    if not np.all(np.isfinite(p_full)):
+        return unchanged
+    # the held block's inverse as the steps above took it (absolute eigenvalues, floored): at the
+    # conditional mode the prior's curvature along a held coordinate can vanish (a plain solve
+    # raised LinAlgError there: a bounded slope's search with its transform's curvature masked)
+    p_ss = p_full[np.ix_(held, held)]
+    lam, q = np.linalg.eigh(0.5 * (p_ss + p_ss.T))
+    lam = np.maximum(np.abs(lam), 1e-12 * max(float(np.max(np.abs(lam))), 1e-300))
     link = np.eye(d)
     link[np.ix_(held, held)] = 0.0
-    link[np.ix_(held, ~held)] = -np.linalg.solve(p_full[np.ix_(held, held)], p_full[np.ix_(held, ~held)])
+    link[np.ix_(held, ~held)] = -((q / lam) @ q.T) @ p_full[np.ix_(held, ~held)]
     noise_cov = link @ pooled.noise_cov @ link.T
     lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ p_full @ frame, pooled.tau)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
