@@ -27,10 +27,11 @@ def stan_test_model(name: str) -> Path:
     return TEST_MODELS / f"{name}.stan"
 
 
-def traced_adaptation(model, epsilon: float, seed: int):
+def traced_adaptation(model, epsilon: float, seed: int, **settings):
     """``stan_dp.sample``'s adaptation of ``model`` (delta 1e-5, replace-one, default settings and
-    start), its warnings silenced: ``(trace, adapted)``, the trace one dict per far or Newton
-    round (far rounds carry ``"far": True``)."""
+    start; ``settings`` overrides ``AdaptationSettings`` fields, for counterfactuals), its warnings
+    silenced: ``(trace, adapted)``, the trace one dict per far or Newton round (far rounds carry
+    ``"far": True``)."""
     import warnings
 
     from stan_dp.adaptation import AdaptationSettings
@@ -40,7 +41,8 @@ def traced_adaptation(model, epsilon: float, seed: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         adapted = _adapt(model, epsilon=epsilon, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
-                         public_n=None, start=np.zeros(model.dim), settings=AdaptationSettings(), trace=trace)
+                         public_n=None, start=np.zeros(model.dim), settings=AdaptationSettings(**settings),
+                         trace=trace)
     return trace, adapted
 
 

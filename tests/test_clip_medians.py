@@ -84,14 +84,14 @@ def _poisson(n: int, seed: int):
     return model, mode, np.sqrt(np.diag(cov))
 
 
-def _worst_errors(seeds) -> np.ndarray:
+def _worst_errors(seeds, **settings) -> np.ndarray:
     out = []
     for seed in seeds:
         model, mode, sd = _poisson(500, seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit = stan_dp.sample(model, epsilon=1.0, delta=1e-5, seed=seed + 500, progress=False, chains=1,
-                                 draws=200)
+                                 draws=200, settings=AdaptationSettings(**settings))
         mean = fit.posterior["b"].values.reshape(-1, model.dim).mean(axis=0)
         out.append(float(np.max(np.abs(mean - mode) / sd)))
     return np.array(out)
@@ -101,11 +101,12 @@ def test_a_poisson_glm_at_500_rows_no_longer_jumps_with_a_false_count(monkeypatc
     # Poisson GLM (D = 6, standard-normal predictors), 500 rows, epsilon = 1, 24 seeds against the
     # exact posterior: with the median's tail 4 runs ended beyond 25 sds (27, 31, 36, 160; rms 35.6),
     # with the raised tail none beyond 17 (rms 8.5; the median run 7.4 either way: the budget cannot
-    # buy more at 500 rows and every run warns)
+    # buy more at 500 rows and every run warns).  The old tail is run on the paths of before the
+    # first Newton step's trust region (session 56), with which it left 2 runs beyond 25 sds
     seeds = range(24)
     new = _worst_errors(seeds)
     monkeypatch.setattr(newton, "clip_median_tail", lambda n_public, noise_multiplier, columns=2: 0.5)
-    old = _worst_errors(seeds)
+    old = _worst_errors(seeds, first_radius=math.inf)
     assert np.sum(old > 25.0) >= 3, old
     assert np.all(new < 25.0), new
     assert np.sqrt(np.mean(new**2)) < 0.5 * np.sqrt(np.mean(old**2))

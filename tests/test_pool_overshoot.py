@@ -20,7 +20,7 @@ import pytest
 import stan_dp
 from stan_dp.adaptation import curvature, newton
 from stan_dp.adaptation import plan as plan_module
-from stan_dp.adaptation.plan import CHECK_SHARE
+from stan_dp.adaptation.plan import CHECK_SHARE, AdaptationSettings
 from stan_dp.adaptation.curvature import CURVATURE_CAP
 from stan_dp.adaptation.newton import OVERSHOOT, POOL_OVERSHOOT, _went_too_far
 
@@ -77,14 +77,16 @@ def test_a_pool_move_that_went_against_the_released_gradient_is_not_judged():
     assert not _went_too_far(-1e9, 0.0, 1.0, 1.0, pooled=True)
 
 
-def _worst_error(seed: int) -> tuple[float, bool]:
+def _worst_error(seed: int, **settings) -> tuple[float, bool]:
     """Worst |private mean - exact mode| in Laplace sds (unconstrained) of a ``radon``-like varying
-    intercept (20 groups of ~50 rows; 1,000 rows, epsilon = 4), and whether the run warned."""
+    intercept (20 groups of ~50 rows; 1,000 rows, epsilon = 4), and whether the run warned
+    (``settings``: ``AdaptationSettings`` overrides)."""
     model = radon_like(seed)
     mode, cov = model.exact()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = stan_dp.sample(model, epsilon=4.0, delta=1e-5, seed=seed, progress=False, chains=1, draws=200)
+        fit = stan_dp.sample(model, epsilon=4.0, delta=1e-5, seed=seed, progress=False, chains=1, draws=200,
+                             settings=AdaptationSettings(**settings))
     p = fit.posterior
     with np.errstate(all="ignore"):
         est = np.r_[p["mu"].values.mean(), np.log(p["tau"].values).mean(),
@@ -102,13 +104,17 @@ def test_a_pool_of_one_round_that_went_far_past_the_posterior_is_taken_back(monk
     # budget, and warned.  Newton's step alone takes the first to 169 and the last to 784.
     # These figures are the plan's before the final check (plan.CHECK_SHARE = 0); the check, a
     # later release, redraws every noise draw of this cell (its budget comes off the rounds').
+    # They are also the paths before the first Newton step's trust region (session 56): with it
+    # none of the three runs away with the rules off either (18.9, 43.6 and 18.3 sds, all three
+    # ways), so the counterfactuals lift it; the runs with every rule on keep it.
     seeds = (27, 30, 39)
+    old_paths = {"first_radius": math.inf}
     monkeypatch.setattr(plan_module, "CHECK_SHARE", 0.0)
     on = [_worst_error(seed) for seed in seeds]
     monkeypatch.setattr(newton, "POOL_OVERSHOOT", math.inf)
-    pool_off = [_worst_error(seed) for seed in seeds]
+    pool_off = [_worst_error(seed, **old_paths) for seed in seeds]
     monkeypatch.setattr(curvature, "STEP_CURVATURE_TOP", CURVATURE_CAP)
-    both_off = [_worst_error(seed) for seed in seeds]
+    both_off = [_worst_error(seed, **old_paths) for seed in seeds]
     for (w_on, warned), (w_pool_off, _), (w_both_off, _), seed in zip(on, pool_off, both_off, seeds):
         assert warned
         assert w_on < 200.0 and w_on * 4.0 < w_both_off, (on, pool_off, both_off)
@@ -117,7 +123,7 @@ def test_a_pool_of_one_round_that_went_far_past_the_posterior_is_taken_back(monk
     # With the final check planned and both rules still off, the check alone brings the three
     # runaways back to where the search had been (measured 26, 36 and 29 sds: warned, unsettled)
     monkeypatch.setattr(plan_module, "CHECK_SHARE", CHECK_SHARE)
-    checked = [_worst_error(seed) for seed in seeds]
+    checked = [_worst_error(seed, **old_paths) for seed in seeds]
     for (w_checked, warned), (w_both_off, _) in zip(checked, both_off):
         assert warned and w_checked < 100.0 and w_checked * 2.0 < w_both_off, (checked, both_off)
 

@@ -76,7 +76,9 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(monkeypatch)
     # at the floor (initial_frame._held_to_widest_measured), which keeps ``male`` from scale 1, and
     # the final check (check_share=0: the plan as measured; the check is another backstop), and so
     # is the skew check (skew_share=0: its 0.5 % of the budget moves every noise draw's scale, and
-    # with it 3 of these 32 runs' sigma out of range, 0.26-2.02 times its mean, against 1 before).
+    # with it 3 of these 32 runs' sigma out of range, 0.26-2.02 times its mean, against 1 before),
+    # and so is the first Newton step's trust region (first_radius, session 56: measured with it at
+    # 10, no run's sigma left the range, with the cap or without).
     monkeypatch.setattr(initial_frame, "_held_to_widest_measured", lambda scale, at_floor, measured: scale)
     sigma_ratio, worst = {}, {}
     for gain in (math.inf, 100.0):
@@ -85,7 +87,7 @@ def test_a_rare_binary_predictor_no_longer_sends_sigma_out_of_range(monkeypatch)
             model = _earnings_like(1000, seed)
             mean, sd = model.exact()
             fit = _fit(model, 1.0, seed, step_gain=gain, quantile_share=0.05, far_rounds=0, check_share=0.0,
-                       skew_share=0.0)
+                       skew_share=0.0, first_radius=math.inf)
             est = np.r_[fit.posterior["beta"].values.reshape(-1, 3).mean(axis=0),
                         fit.posterior["log_sigma"].values.mean()]
             with np.errstate(over="ignore"):

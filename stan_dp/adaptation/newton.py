@@ -295,8 +295,12 @@ def private_mode(
     adaptive = bool(s.adaptive_clip)
     if not 0 < s.clipped_repeats < s.clip_rounds:
         raise ValueError("clipped_repeats must be between 1 and clip_rounds - 1")
+    if not s.first_radius > 0:   # NaN too
+        raise ValueError(f"first_radius must be positive (inf: no trust region), got {s.first_radius!r}")
     tail_repeats = s.clip_rounds - s.clipped_repeats
-    radius = math.inf   # trust region of a full step, frame units (set by an overshoot)
+    # trust region of a full step, frame units: the first round's (first_radius sqrt(d)), then
+    # one set by an overshoot; 4 times larger after every full step that was not taken back
+    radius = s.first_radius * math.sqrt(d)
     gain = s.step_gain * n_public   # largest summed first-order gain per eigen-direction
     path = [np.array(init, dtype=float), *far_points]   # ends at theta, where the rounds start
     previous: dict[str, Any] | None = None

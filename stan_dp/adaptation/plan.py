@@ -174,6 +174,30 @@ NOISE_SPECTRAL_FACTOR = 1.5
 diagonal sd ``s`` and off-diagonal ``s / sqrt(2)`` has spectral norm ``~ s sqrt(2 d)``."""
 
 
+FIRST_RADIUS = 30.0
+""":attr:`AdaptationSettings.first_radius`: the first Newton step moves at most ``30 sqrt(d)`` frame
+units, thirty times the length of a typical posterior draw in a frame at the posterior's scale.
+
+Before it, the first round's step had no trust region: the quadratic model of one round's release,
+measured where the search stood, was followed as far as it said.  ``wells`` with
+``real<lower=0, upper=10> b_arsenic`` at 3,000 rows, epsilon = 16 (the far phase ending 34 sds
+off) stepped to 670-1,400 sds in 3 of 24 runs; there the rows saturate, the curvature along some
+direction falls below the release's noise, the frame widens by up to ``1/sqrt(tau)`` a round, the
+clipped slopes (every row at the bound) no longer show an overshoot against the widened frame, and
+the step-backs drifted outwards: 74, 1,152 and 1.3e6 sds at the end, unsettled.  With the first
+step held to ``30 sqrt(d)`` all 24 settled, the largest 0.62 sds.  Over the 18-model battery
+(432 runs per cell; runs changed, geometric mean of the worst error's ratio, runs within 0.5 sds,
+silent misses): 1,000 rows, epsilon = 16: 41, 1.097, 223 -> 226, 9 -> 11; 3,000 rows, epsilon = 16:
+156, 0.771, 342 -> 347, 1 -> 4; 1,000 rows, epsilon = 4: 13, 1.018, 27 -> 27, 0 -> 0.  With 10
+the battery did a little better (247, 0.968, 223 -> 228, 9 -> 11; 369, 0.915, 342 -> 350, 1 -> 0;
+131, 0.981, 27 -> 27, 0 -> 0), but a start hundreds of sds away takes more rounds to reach (the
+region grows 4-fold a step), which rounds that are few cannot spare: ``tests/test_auto_stan.py``'s
+hierarchical intercept (10,000 rows, epsilon = 4, the search starting 470 sds off), 12 noise seeds:
+median 0.66 sds and 3 unsettled without the region (one at 3,688), 1.18 and 5 unsettled with 10,
+0.79 and 5 with 20, 0.68 and 1 (6.2 sds) with 30 (docs/adaptation.md §3, "The first step's trust
+region")."""
+
+
 class AdaptationSettings(NamedTuple):
     """Tuning constants of :func:`private_mode` (data-independent)."""
 
@@ -268,6 +292,10 @@ class AdaptationSettings(NamedTuple):
     (:func:`_initial_scale`) that coordinate's scale is often 1 (its count unresolved, ~20 times
     too wide) and without the cap sigma still ended 0.26 to inf times its posterior mean in 5 of
     32 NumPy seeds (none with it; ``tests/test_step_gain.py``)."""
+    first_radius: float = FIRST_RADIUS
+    """Trust region of the first Newton round's full step, in units of ``sqrt(d)`` frame units
+    (``inf``: none); it grows by 4 after every full step that was not taken back, as the region
+    an overshoot sets does (:data:`FIRST_RADIUS`)."""
     collapse: float = 0.01
     """A round whose released curvature trace falls below ``collapse * d`` (and below its
     noise) after a full step counts as a collapse: the step is taken back."""
