@@ -1065,11 +1065,12 @@ def compare(
     # no mixing to judge.
     rhat = np.where(stuck, np.inf, np.where(fixed, np.nan, rhat))
     ess = np.where(stuck | fixed, np.nan, ess)
+    same = np.isclose(mean, ref_mean, rtol=1e-9, atol=1e-12)   # a fixed value, to rounding
     rows: list[dict[str, Any]] = []
     for k, name in enumerate(names):
         flags = []
         if fixed[k]:
-            flags.append("constant" if mean[k] == ref_mean[k] else "constant, differs")
+            flags.append("constant" if same[k] else "constant, differs")
         if stuck[k]:
             flags.append("not moving")
         if (np.isfinite(rhat[k]) or stuck[k]) and rhat[k] > RHAT_MAX:
@@ -1102,7 +1103,7 @@ def compare(
             f"{_short([names[k] for k in np.flatnonzero(stuck)])}: every draw of such a chain is "
             "the same value, while the reference varies there")
     if fixed.any():
-        differ = [names[k] for k in np.flatnonzero(fixed) if mean[k] != ref_mean[k]]
+        differ = [names[k] for k in np.flatnonzero(fixed & ~same)]
         result.notes.append(
             f"{_short([names[k] for k in np.flatnonzero(fixed)])} are constant in both fits (fixed "
             "by the parametrisation, such as a Cholesky factor's upper triangle): they carry no "
