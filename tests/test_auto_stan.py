@@ -142,7 +142,7 @@ def test_a_predictor_far_from_zero_is_reached_along_its_ridge_and_its_error_is_c
         error, claimed = run(seed)
         assert error < claimed and error < 1.0, (seed, error, claimed)
     monkeypatch.setattr(pooling, "curvature_weights", plain_curvature_weights)
-    for seed in (2, 3):   # on the paths of before the first step's trust region (seed 3: 3.5 with it)
+    for seed in (2, 3):   # on the paths of before the first step's trust region (with the region at 10, seed 3 ended 3.5)
         error, claimed = run(seed, first_radius=math.inf)
         assert error > 4.0 and error > 5 * claimed, (seed, error, claimed)
 

@@ -267,8 +267,8 @@ def test_a_regression_on_an_uncentred_predictor_keeps_its_search_pool(compiled, 
     # runs at 3.4-4.1 sds (claimed 5.7) with or without the disagreement test
     monkeypatch.setattr(pooling, "curvature_weights", plain_curvature_weights)
     monkeypatch.setattr(pooling, "_rounds_agree", lambda rounds, frame: True)
-    # and the paths of before the first Newton step's trust region (session 56), with which these
-    # counterfactual runs end 3.0 and 3.8 sds off
+    # and the paths of before the first Newton step's trust region (session 56): with the region at
+    # 10 these counterfactual runs ended 3.0 and 3.8 sds off
     old = [worst(seed, first_radius=math.inf) for seed in (0, 1)]
     assert all(error > 10.0 for error, _ in old), old
     assert all(error < 6.0 and error < 2.0 * claimed for error, claimed in new), new

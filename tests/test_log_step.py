@@ -84,8 +84,8 @@ def test_a_rate_left_in_the_flat_region_comes_in_by_capped_steps(compiled, monke
     assert max(abs(float(t["step"][0])) for t in rounds) <= newton.LOG_STEP_MAX * (1 + 1e-12)
     assert result.settled and abs(result.mode[0] - mode) < 3 * sd
 
-    # uncapped, and without the first step's trust region (session 56), with which these two
-    # uncapped runs end 92 and 50 sds off, settled there
+    # uncapped, and without the first step's trust region (session 56): with the region at 10 these
+    # two uncapped runs ended 92 and 50 sds off, settled there
     monkeypatch.setattr(newton, "LOG_STEP_MAX", math.inf)
     rounds, result = _newton_rounds(model, 16.0, seed, first_radius=math.inf)
     assert rounds[0]["step"][0] > 100.0

@@ -323,8 +323,8 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
     monkeypatch.setattr(plan_module, "CHECK_SHARE", 0.0)   # and no final check: the plan as measured
     new, turned = worst()
     monkeypatch.setattr(initial_frame, "INDEFINITE_STRETCH", math.inf)
-    # without the first Newton step's trust region as well (session 56): with it the widened frame's
-    # run ends 58 sds off, not 309
+    # without the first Newton step's trust region as well (session 56): with the region at 10 the
+    # widened frame's run ended 58 sds off, not 309
     old, _ = worst(first_radius=math.inf)
     assert turned and len(readings) == 2 and readings[0] == readings[1]   # one group, the same release
     lam, noise_norm = readings[0]

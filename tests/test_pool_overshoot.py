@@ -104,9 +104,9 @@ def test_a_pool_of_one_round_that_went_far_past_the_posterior_is_taken_back(monk
     # budget, and warned.  Newton's step alone takes the first to 169 and the last to 784.
     # These figures are the plan's before the final check (plan.CHECK_SHARE = 0); the check, a
     # later release, redraws every noise draw of this cell (its budget comes off the rounds').
-    # They are also the paths before the first Newton step's trust region (session 56): with it
-    # none of the three runs away with the rules off either (18.9, 43.6 and 18.3 sds, all three
-    # ways), so the counterfactuals lift it; the runs with every rule on keep it.
+    # They are also the paths before the first Newton step's trust region (session 56): with it (at
+    # 10, measured) none of the three ran away with the rules off either (18.9, 43.6 and 18.3 sds,
+    # all three ways), so the counterfactuals lift it; the runs with every rule on keep it.
     seeds = (27, 30, 39)
     old_paths = {"first_radius": math.inf}
     monkeypatch.setattr(plan_module, "CHECK_SHARE", 0.0)
