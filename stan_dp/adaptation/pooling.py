@@ -108,6 +108,13 @@ HELD_NOISE_SDS = 3.0
 curvature on its diagonal is within this many noise sds of 0 and the exact prior's is beyond it."""
 
 
+def _absolute_eigen(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigen-decomposition of the symmetric part of ``m`` with absolute eigenvalues floored at
+    ``1e-12`` times the largest (saddle-free, and invertible where ``m`` is singular)."""
+    lam, q = np.linalg.eigh(0.5 * (m + m.T))
+    return np.maximum(np.abs(lam), 1e-12 * max(float(np.max(np.abs(lam))), 1e-300)), q
+
+
 def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: float,
                       rowless: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Put the coordinates the prior holds at their exact conditional mode (settled searches).
@@ -165,9 +172,7 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     scale = np.sqrt(np.diag(pooled.curvature)[held]) ** -1.0   # the held coordinates' sds
     converged = False
     for _ in range(POLISH_ITERATIONS):
-        p_ss = prior_theta(theta)[np.ix_(held, held)]
-        lam, q = np.linalg.eigh(0.5 * (p_ss + p_ss.T))
-        lam = np.maximum(np.abs(lam), 1e-12 * max(float(np.max(np.abs(lam))), 1e-300))
+        lam, q = _absolute_eigen(prior_theta(theta)[np.ix_(held, held)])
         step = q @ ((q.T @ np.where(np.isfinite(grad[held]), grad[held], 0.0)) / lam)
         longest = float(np.max(np.abs(step) / scale))
         if longest > 3.0 * math.sqrt(d):   # trust region: 3 sqrt(d) sds of any held coordinate
@@ -192,12 +197,10 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     p_full = prior_theta(theta)
     if not np.all(np.isfinite(p_full)):
         return unchanged
-    # the held block's inverse as the steps above took it (absolute eigenvalues, floored): at the
-    # conditional mode the prior's curvature along a held coordinate can vanish (a plain solve
-    # raised LinAlgError there: a bounded slope's search with its transform's curvature masked)
-    p_ss = p_full[np.ix_(held, held)]
-    lam, q = np.linalg.eigh(0.5 * (p_ss + p_ss.T))
-    lam = np.maximum(np.abs(lam), 1e-12 * max(float(np.max(np.abs(lam))), 1e-300))
+    # the held block's inverse as the steps above took it: at the conditional mode the prior's
+    # curvature along a held coordinate can vanish (a plain solve raised LinAlgError there: a
+    # bounded slope's search with its transform's curvature masked)
+    lam, q = _absolute_eigen(p_full[np.ix_(held, held)])
     link = np.eye(d)
     link[np.ix_(held, held)] = 0.0
     link[np.ix_(held, ~held)] = -((q / lam) @ q.T) @ p_full[np.ix_(held, ~held)]
