@@ -605,17 +605,18 @@ def _mixing(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rhat, ess
 
 
-def _constant_components(values: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per component of the private ``(chain, draw, K)`` draws and the reference's ``(draws, K)``:
-    ``fixed``, constant in both (every draw the same value; structural, like a Cholesky factor's
-    upper triangle), and ``stuck``, some private chain never moved while the reference varies.
-    Judged only with at least 4 draws per chain, as R-hat is (:func:`_mixing`)."""
-    k = values.shape[2]
+def _still_chains(values: np.ndarray) -> np.ndarray:
+    """``(chain, K)``: whether each private chain of ``(chain, draw, K)`` draws never moved along
+    each component (every draw the same value).  All False with fewer than 4 draws per chain,
+    where R-hat is not judged either (:func:`_mixing`)."""
     if values.shape[1] < 4:
-        return np.zeros(k, dtype=bool), np.zeros(k, dtype=bool)
-    still = np.ptp(values, axis=1) == 0   # (chain, K): the chain never moved along the component
-    varies = np.ptp(reference, axis=0) > 0
-    return still.all(axis=0) & ~varies, still.any(axis=0) & varies
+        return np.zeros((values.shape[0], values.shape[2]), dtype=bool)
+    return np.ptp(values, axis=1) == 0
+
+
+def _is_constant(row: Mapping[str, Any]) -> bool:
+    """The comparison's row is of a component constant in both fits (flag ``constant...``)."""
+    return any(f.startswith("constant") for f in row.get("flags", []))
 
 
 def _attr_warnings(attrs: Mapping[str, Any]) -> list[str]:
@@ -809,8 +810,7 @@ class Comparison:
             return (f"NOT MIXED: private draws: some chain never moved (R-hat inf; > {RHAT_MAX})")
         if not np.isfinite(r):
             why = ("every compared component is constant in both fits"
-                   if self.rows and all(any(f.startswith("constant") for f in row["flags"])
-                                        for row in self.rows) else "too few draws")
+                   if self.rows and all(_is_constant(row) for row in self.rows) else "too few draws")
             return f"private draws: R-hat and ESS not available ({why})"
         text = f"private draws: max R-hat {_rhat_text(r)}, min bulk ESS {e:.0f}"
         if r > RHAT_MAX:
@@ -911,8 +911,7 @@ class Comparison:
             raise ValueError("this comparison has no draws to plot")
         private_label = private_label or self._private_label()
         # components constant in both fits (flagged "constant") have no densities to compare
-        shown = [k for k, row in enumerate(self.rows)
-                 if not any(f.startswith("constant") for f in row.get("flags", []))]
+        shown = [k for k, row in enumerate(self.rows) if not _is_constant(row)]
         order = shown or list(range(len(self.rows)))
         n = len(order)
         capped = n > max_panels
@@ -1058,7 +1057,10 @@ def compare(
     w1 = wasserstein_sd(x, y)
     coverage = ((y >= lo) & (y <= hi)).mean(0)
     rhat, ess = _mixing(p.values)
-    fixed, stuck = _constant_components(p.values, y)
+    still = _still_chains(p.values)
+    varies = np.ptp(y, axis=0) > 0
+    fixed = still.all(axis=0) & ~varies   # constant in both fits: structural (a Cholesky factor's)
+    stuck = still.any(axis=0) & varies    # some private chain never moved where the reference does
     # ArviZ's R-hat of a chain that never moved is inf or NaN and its ESS the draw count: neither
     # says what happened.  A component the chains never moved along is infinitely far from mixed
     # (within-chain variance 0); one constant in both fits (a Cholesky factor's fixed entries) has
@@ -1097,7 +1099,7 @@ def compare(
     not_mixed = [row["name"] for row in rows if "not mixed" in row["flags"]]
     low_ess = [row["name"] for row in rows if "low ESS" in row["flags"]]
     if stuck.any():
-        never = int((np.ptp(p.values, axis=1) == 0)[:, stuck].any(axis=1).sum())
+        never = int(still[:, stuck].any(axis=1).sum())
         result.notes.append(
             f"{never} of {p.values.shape[0]} private chain(s) never moved along "
             f"{_short([names[k] for k in np.flatnonzero(stuck)])}: every draw of such a chain is "
