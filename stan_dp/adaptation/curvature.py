@@ -202,10 +202,17 @@ def _shrunk_eigen(data: np.ndarray, prior: np.ndarray, tau: float,
     shrunk towards 0 by their signal-to-noise ratio
     (``lambda (1 - tau^2 / lambda^2)_+``), the exact prior is added, absolute
     values are taken (saddle-free Newton), and eigenvalues are floored at
-    ``min(1, tau)``: a direction whose curvature the release cannot resolve
-    keeps the current frame's scale (it is neither widened by noise nor by a
-    curvature that is merely unknown) — so an unresolved frame stays too
-    narrow rather than too wide, and steps stay short.  Bounded to
+    ``min(1, tau)``.  Where the noise is at least the frame's unit curvature
+    (``tau >= 1``) a direction whose curvature the release cannot resolve
+    keeps the current frame's scale: it is neither widened by noise nor by a
+    curvature that is merely unknown, so an unresolved frame stays too
+    narrow rather than too wide, and steps stay short.  Where ``tau < 1``
+    the release shows such a direction's curvature to be below about
+    ``tau``, and the next frame (:func:`_next_frame`) widens along it by up
+    to ``1 / sqrt(tau)`` in one round: how a frame too narrow by more than
+    the noise grows, and, where the rows saturate far from the mode (their
+    curvature truly near 0), how it keeps widening round after round
+    (:data:`~stan_dp.adaptation.plan.FIRST_RADIUS`).  Bounded to
     ``[1e-3, top]`` (:data:`CURVATURE_CAP` by default).
     """
     data = np.where(np.isfinite(data), data, 0.0)

@@ -40,7 +40,9 @@ Steps (every data access a Gaussian release written to the ledger):
    released part's eigenvalues shrunk by their signal-to-noise ratio, ``tau``
    twice the noise's spectral norm, the exact prior added, absolute values,
    floored at ``min(1, tau)``): a noisy release cannot widen the frame by
-   noise alone, and a direction it cannot resolve keeps its scale.  The one-step estimate
+   noise alone; a direction it cannot resolve keeps its scale where
+   ``tau >= 1`` and widens by at most ``1 / sqrt(tau)`` a round where
+   ``tau < 1`` (its curvature is then shown to be below about ``tau``).  The one-step estimate
    ``theta_k + A_k H^-1 G`` is recorded with its noise covariance
    ``A_k H^-1 (s_G^2 I) H^-1 A_k'``; the chain of points moves to it within a
    trust region (frame units: unbounded until an overshoot — the released
