@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import re
 import sys
 import warnings
@@ -268,10 +269,26 @@ def _warnings_shown_once() -> Iterator[list]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def _write_netcdf(idata, path: str | Path) -> Path:
+def _check_output(path: str | Path | None) -> None:
+    """Refuse an ``--output`` path that cannot be written, before any data is read: a private fit
+    whose draws cannot be saved would have spent its budget for nothing, and a re-run spends it
+    again."""
+    if not path:
+        return
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        raise FileNotFoundError(f"output folder not found: {path.parent}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"output folder not found: {folder} (checked before the fit: no "
+                                "budget was spent)")
+    if path.is_dir():
+        raise ValueError(f"--output {path} is a folder; give a file name such as {path / 'fit.nc'}")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PermissionError(f"cannot write {path} (checked before the fit: no budget was spent)")
+
+
+def _write_netcdf(idata, path: str | Path) -> Path:
+    _check_output(path)
+    path = Path(path)
     idata.to_netcdf(str(path))
     return path
 
@@ -331,6 +348,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from stan_dp import sample
 
     _check_sources(args)
+    _check_output(args.output)
     if args.sampler in ("auto", "gaussian"):
         given = [("--" + d.replace("_", "-")) for d, _, _ in SAMPLER_OPTIONS
                  if getattr(args, d, None) is not None and d not in ("chains", "relation")]
@@ -378,6 +396,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from stan_dp import reference_fit
     from stan_dp.report import stan_summary
 
+    _check_output(args.output)
     fit = reference_fit(args.model, args.data, chains=args.chains, draws=args.draws,
                         warmup=args.warmup, seed=args.seed, backend=args.backend,
                         init_radius=args.init_radius)
@@ -613,9 +632,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return cli_words(text.splitlines()[0]) if text else type(exc).__name__
+ERROR_LINES = 40
+"""Most lines of an error message the command line prints (stanc's and Stan's diagnostics run to a
+few lines; a C++ compiler's can run to thousands)."""
+
+
+def _error_text(exc: BaseException) -> str:
+    """The error's whole message in the command line's words: its first line after
+    ``stan-dp: error:``, the rest (stanc's location and diagnosis, Stan's reason) indented below,
+    at most :data:`ERROR_LINES` lines."""
+    lines = [line.rstrip() for line in str(exc).strip().splitlines()]
+    lines = [line for line in lines if line.strip()] or [type(exc).__name__]
+    more = len(lines) - ERROR_LINES
+    shown = [cli_words(line) for line in lines[:ERROR_LINES]]
+    if more > 0:
+        shown.append(f"... ({more} more lines)")
+    return "\n".join([shown[0], *("  " + line for line in shown[1:])])
 
 
 CLI_FLAGS: dict[str, str] = {
@@ -675,10 +707,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _progress_messages():
             return int(args.func(args))
     except (FileNotFoundError, ValueError, RuntimeError, TypeError, OSError, KeyError) as exc:
-        print(f"stan-dp: error: {_first_line(exc)}", file=sys.stderr)
+        print(f"stan-dp: error: {_error_text(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the command line never shows a traceback
-        print(f"stan-dp: error: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        print(f"stan-dp: error: {type(exc).__name__}: {_error_text(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # pragma: no cover
         print("stan-dp: interrupted", file=sys.stderr)

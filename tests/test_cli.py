@@ -53,6 +53,55 @@ def test_errors_are_one_line_with_exit_code_2(argv, message, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_stanc_errors_keep_their_location_and_diagnosis(tmp_path, capsys):
+    """A multi-line library error (stanc's) is printed whole, continuation lines indented: cut to
+    its first line it said only "stanc could not translate m.stan:"."""
+    model = tmp_path / "m.stan"
+    model.write_text("data { int N; vector[N] y; }\nparameters { real mu; real<lower=0> sigma }\n"
+                     "model { y ~ normal(mu, sigma); }\n")
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps({"N": 2, "y": [1.0, 2.0]}))
+    assert main(["sample", str(model), "--data", str(data), "--epsilon", "1", "--delta", "1e-5",
+                 "--quiet"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if not line.startswith("stan-dp: compiling ")]
+    assert err[0].startswith("stan-dp: error: stanc could not translate")
+    assert "line 2" in "\n".join(err) and '";" expected' in "\n".join(err)
+    assert all(line.startswith("  ") for line in err[1:]) and "Traceback" not in "\n".join(err)
+
+
+def test_error_text_is_capped_and_in_the_command_lines_words():
+    from stan_dp.cli import ERROR_LINES, _error_text
+
+    text = _error_text(ValueError("pass rows= or row_vars=\n" + "\n".join(f"line {i}" for i in range(100))))
+    lines = text.splitlines()
+    assert lines[0] == "pass --rows or --row-vars"
+    assert len(lines) == ERROR_LINES + 1 and lines[-1] == f"  ... ({101 - ERROR_LINES} more lines)"
+    assert _error_text(ValueError("")) == "ValueError"
+
+
+@pytest.mark.parametrize("target, message", [("absent/fit.nc", "output folder not found"),
+                                             (".", "is a folder")])
+def test_an_output_that_cannot_be_written_is_refused_before_the_data_is_read(
+        tmp_path, monkeypatch, capsys, target, message):
+    """The fit would spend the budget and then lose its draws; a re-run spends it again."""
+    import stan_dp
+
+    def spend(*args, **kwargs):   # noqa: ARG001 - any call means the check came too late
+        raise AssertionError("the fit ran before the output was checked")
+
+    monkeypatch.setattr(stan_dp, "sample", spend)
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps({"N": 2, "y": [1.0, 2.0]}))
+    for command in (["sample", str(bundled("logistic_regression")), "--data", str(data), "--epsilon",
+                     "1", "--delta", "1e-5", "--quiet"],
+                    ["reference", str(bundled("logistic_regression")), "--data", str(data)]):
+        assert main(command + ["--output", target]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
 @pytest.fixture
 def data_file(tmp_path, compiled):
     compiled(bundled("logistic_regression"))
