@@ -4,7 +4,9 @@ The public entry points are re-exported here:
 
 - :func:`sample` is the one call: a Stan model, data and a budget in, a
   private posterior out (private adaptation, noise-aware Gaussian), with
-  :class:`UtilityWarning` when the result is less accurate than it looks;
+  :class:`UtilityWarning` when the result is less accurate than it looks, and
+  :class:`PrivacyWarning` when the budget protects less than it seems (a
+  ``delta`` of at least ``1 / n``) or a non-private diagnostic was asked for;
 - :func:`compile_model` compiles a Stan program into a model library;
 - :class:`RowModel` gives per-row log-likelihoods and gradients;
 - :func:`penalty` and :func:`penalty_expfamily` are the private penalty
@@ -47,12 +49,14 @@ from stan_dp.augmentation import (  # noqa: E402
 from stan_dp.samplers.augmentation import augmented_sample  # noqa: E402
 from stan_dp.auto import sample  # noqa: E402
 from stan_dp.honesty import UtilityWarning  # noqa: E402
+from stan_dp.inference import PrivacyWarning  # noqa: E402
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "sample",
     "UtilityWarning",
+    "PrivacyWarning",
     "__version__",
     "compile_model",
     "bundled_model",

@@ -51,7 +51,7 @@ from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityWarning, emit,
                              moving_coordinates, over_dispersed, pulled_coordinates)
-from stan_dp.inference import preceding_releases, resolve_init, validate_run_args
+from stan_dp.inference import preceding_releases, resolve_init, validate_run_args, warn_weak_delta
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs
 from stan_dp.version import __version__
@@ -189,6 +189,7 @@ def sample(
                                  or public_n < 1):
         raise ValueError(f"public_n must be a positive integer, got {public_n!r}")
     model = _as_model(model, data)
+    warn_weak_delta(delta, int(model.n_rows) if relation == "replace_one" else int(public_n))
     if method == "auto":
         method = choose_method(int(model.n_rows) if public_n is None else int(public_n),
                                int(model.dim), epsilon, delta, relation)

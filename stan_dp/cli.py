@@ -245,9 +245,11 @@ def _warnings_shown_once() -> Iterator[list]:
     source under each, doubled every warning.  Yields a one-item list for the fit; on leaving,
     also by an exception, every other warning caught (another category, a UtilityWarning the
     attrs do not record, or all of them where no fit was made) is shown as Python would have
-    shown it: nothing is lost.
+    shown it, and a PrivacyWarning (about the user's budget) as ``stan-dp: privacy warning:
+    ...``: nothing is lost.
     """
     from stan_dp.honesty import UtilityWarning
+    from stan_dp.inference import PrivacyWarning
 
     holder: list = []
     held: list = []
@@ -265,6 +267,9 @@ def _warnings_shown_once() -> Iterator[list]:
             recorded = {m for m in str(attrs.get("warnings", "") or "").split("\n") if m}
         for w in held:
             if issubclass(w.category, UtilityWarning) and str(w.message) in recorded:
+                continue
+            if issubclass(w.category, PrivacyWarning):   # about the user's budget, not stan_dp's code
+                print(f"stan-dp: privacy warning: {cli_words(str(w.message))}", file=sys.stderr)
                 continue
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 

@@ -39,7 +39,7 @@ from stan_dp.accounting import (
     validate_privacy_params,
 )
 from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, curve_max_steps
-from stan_dp.accounting.validation import check_relation
+from stan_dp.accounting.validation import check_relation, weak_delta_message
 from stan_dp.honesty import chain_diagnostics, emit, mixing_warnings
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import build_inference_data, constrain_draws
@@ -57,6 +57,7 @@ __all__ = [
     "initial_position",
     "run",
     "preceding_releases",
+    "warn_weak_delta",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,16 @@ DEFAULT_ITERATIONS = 2000
 
 class PrivacyWarning(UserWarning):
     """Something non-private is about to be released (explicit opt-in only)."""
+
+
+def warn_weak_delta(delta: float, n_public: int | None, stacklevel: int = 2) -> None:
+    """A :class:`PrivacyWarning` where ``delta >= 1 / n``
+    (:func:`~stan_dp.accounting.validation.weak_delta_message`), shown at the caller
+    ``stacklevel`` frames above the one that calls this.  ``n_public`` must be public (``None``:
+    nothing checked)."""
+    message = weak_delta_message(float(delta), n_public)
+    if message is not None:
+        warnings.warn(message, PrivacyWarning, stacklevel=stacklevel + 1)
 
 
 class Kernel(Protocol):
@@ -478,6 +489,9 @@ def run(
         raise ValueError(f"cannot release {unknown}: not a diagnostic of {spec.name}")
 
     preceding = _PRECEDING.get()
+    if not preceding and relation == "replace_one":   # after an adaptation: sample() checked it
+        rows = getattr(model, "n_rows", None)
+        warn_weak_delta(delta, int(rows) if rows is not None else None, stacklevel=3)
     budget = Budget(float(epsilon), float(delta), relation=relation, preceding=preceding)
     if spec.step_rdp is not None:
         if noise is not None:

@@ -622,3 +622,22 @@ def test_the_adaptation_trace_records_the_run_sample_makes():
     draws = fit.posterior["b"].values.reshape(-1, model.dim)
     mc_sd = draws.std(axis=0) / np.sqrt(draws.shape[0])
     assert np.all(np.abs(draws.mean(axis=0) - traced.mode) < 5.0 * mc_sd)
+
+
+def test_sample_warns_once_on_a_delta_of_at_least_one_over_the_public_n():
+    """The automatic path checks delta against the public row count: n under replace-one, the
+    declared public_n under add/remove (the true n is private there); its seed sampler after the
+    adaptation does not warn a second time."""
+    from stan_dp.inference import PrivacyWarning
+
+    model = logistic(300, 2, False)
+    for kw, warned in [(dict(delta=1.0 / 300), True), (dict(delta=1e-3), False),
+                       (dict(delta=1e-3, relation="add_remove", public_n=1000), True),
+                       (dict(delta=1.0 / 300, method="penalty", draws=20, chains=1), True)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            stan_dp.sample(model, epsilon=2.0, seed=5, progress=False, **kw)
+        privacy = [w for w in caught if issubclass(w.category, PrivacyWarning)]
+        assert len(privacy) == int(warned), (kw, [str(w.message) for w in privacy])
+        if warned:
+            assert privacy[0].filename == __file__

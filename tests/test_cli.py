@@ -449,3 +449,13 @@ def test_sample_prints_stan_names(tmp_path, data_file, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "beta[1]" in out and "beta[3]" in out and "beta[0]" not in out
+
+
+def test_a_weak_delta_is_a_privacy_warning_on_the_command_line(data_file, capsys):
+    """150 rows: delta = 0.01 is beyond 1/n; the CLI says so in its own words, not as a Python
+    warning with a line of stan_dp's source under it."""
+    assert main(["sample", str(bundled("logistic_regression")), "--data", str(data_file),
+                 "--epsilon", "2", "--delta", "0.01", "--seed", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "stan-dp: privacy warning: delta = 0.01 is at least 1/n" in err
+    assert "PrivacyWarning" not in err and "cli.py" not in err

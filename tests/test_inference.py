@@ -238,3 +238,27 @@ def test_private_run_is_exact_when_clipping_is_inactive():
     assert z > 1.0  # genuinely noisy: sigma = 2 z L |dmu| ~ 1 per step
     assert float(np.median(idata.sample_stats["noise_sd"])) > 0.5
     check_moments(idata.posterior["mu"].values, *model.posterior())
+
+
+def test_a_delta_of_at_least_one_over_n_is_a_privacy_warning():
+    """(epsilon, delta)-DP with delta >= 1/n admits publishing one random row in full, so such a
+    delta protects no one: the boundary is exactly 1/n, and n must be public to check it."""
+    from stan_dp.accounting.validation import weak_delta_message
+
+    assert weak_delta_message(1.0 / 200, 200) is not None            # exactly 1/n
+    assert weak_delta_message(np.nextafter(1.0 / 200, 0.0), 200) is None
+    assert weak_delta_message(0.5, None) is None                    # no public n: nothing to check
+    assert "1/n = 0.005" in weak_delta_message(0.01, 200)
+
+
+@pytest.mark.parametrize("delta, warned", [(0.02, True), (1e-5, False)])
+def test_the_seed_samplers_warn_once_on_a_delta_of_at_least_one_over_n(normal_mean, delta, warned):
+    n = int(normal_mean.n_rows)
+    assert (delta >= 1.0 / n) == warned
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        penalty(normal_mean, **{**BASE, "delta": delta}, iterations=5, warmup=0, chains=1, seed=1)
+    privacy = [w for w in caught if issubclass(w.category, PrivacyWarning)]
+    assert len(privacy) == int(warned)
+    if warned:
+        assert "1/n" in str(privacy[0].message) and privacy[0].filename == __file__

@@ -18,6 +18,7 @@ __all__ = [
     "validate_privacy_params",
     "sensitivity_factor",
     "check_relation",
+    "weak_delta_message",
 ]
 
 #: The neighbouring relations understood by the package.
@@ -265,3 +266,21 @@ def smallest_fitting_scale(fits: Callable[[float], bool], guess: float, max_step
             lo = mid
     return hi
 
+
+def weak_delta_message(delta: float, n_public: int | None) -> str | None:
+    """Why ``delta`` protects no one at ``n_public`` rows, or ``None`` where it is below ``1 / n``.
+
+    (epsilon, delta)-DP with ``delta >= 1 / n`` admits a mechanism that publishes one row of the
+    ``n``, chosen at random, in full (it is ``(0, 1/n)``-DP): every run is then allowed to
+    expose some individual.  The usual advice is ``delta`` well below ``1 / n`` (``1e-5`` for
+    thousands of rows, or ``1 / n^2``).  ``n_public`` is a public row count (the row count under
+    replace-one; under add/remove only a declared ``public_n``); ``None`` checks nothing.
+    """
+    if n_public is None or not n_public >= 1:
+        return None
+    if delta < 1.0 / float(n_public):
+        return None
+    return (f"delta = {delta:g} is at least 1/n = {1.0 / n_public:.3g} (n = {int(n_public)} rows): "
+            "(epsilon, delta)-DP with delta >= 1/n allows publishing one row chosen at random in "
+            "full, so this budget protects no individual for certain; choose delta well below 1/n "
+            f"(1/n^2 = {1.0 / float(n_public) ** 2:.2g}, or 1e-5 for thousands of rows)")
