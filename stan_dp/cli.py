@@ -197,16 +197,29 @@ def print_privacy_report(attrs) -> None:
     print(format_report("privacy report", attrs, PRIVACY_KEYS))
 
 
+SUMMARY_DIGITS = 4
+"""Significant figures of the command line's summary tables: ArviZ's default rounding (two
+decimals) printed a coefficient on income in dollars, about 4e-4, as 0.000."""
+
+
+def _table_text(table) -> str:
+    """A summary table (unrounded) with :data:`SUMMARY_DIGITS` significant figures."""
+    return table.to_string(float_format=lambda v: f"{v:.{SUMMARY_DIGITS}g}")
+
+
 def _print_fit(fit) -> None:
     from stan_dp.report import stan_summary
 
     attrs = fit.posterior.attrs
-    table = stan_summary(fit, kind="stats")   # Stan's 1-based names
+    table = stan_summary(fit, kind="stats", round_to="none")   # Stan's 1-based names
     mixed = bool(attrs.get("mixed", True))
     if not mixed:
         # intervals of chains that did not mix are not credible intervals
         table = table[[c for c in table.columns if not c.startswith("hdi")]]
-    print(table.to_string())
+    print(_table_text(table))
+    omitted = str(attrs.get("not_in_output", "") or "")
+    if omitted:
+        print(f"note: {omitted}")
     warnings_text = str(attrs.get("warnings", "") or "")
     if warnings_text:
         print()
@@ -405,7 +418,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     fit = reference_fit(args.model, args.data, chains=args.chains, draws=args.draws,
                         warmup=args.warmup, seed=args.seed, backend=args.backend,
                         init_radius=args.init_radius)
-    print(stan_summary(fit).to_string())  # Stan's 1-based names, as compare prints them
+    print(_table_text(stan_summary(fit, round_to="none")))  # Stan's 1-based names, as compare prints them
     print(f"backend: {fit.posterior.attrs.get('backend', 'unknown')} (non-private)")
     if args.output:
         print(f"written: {_write_netcdf(fit, args.output)}")

@@ -42,7 +42,7 @@ from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, 
 from stan_dp.accounting.validation import check_relation, weak_delta_message
 from stan_dp.honesty import chain_diagnostics, emit, mixing_warnings
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws
+from stan_dp.output import build_inference_data, constrain_draws, omitted_note
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -559,6 +559,7 @@ def run(
     if spec.step_rdp is None:
         attrs["noise_multiplier"] = resolved.noise_multiplier
     attrs.update(spec.attrs)
+    attrs["not_in_output"] = omitted_note(model)
     if run_attrs:
         attrs.update(run_attrs)
     if spec.attrs_for is not None:

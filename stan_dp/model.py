@@ -148,6 +148,31 @@ class ZeroRowPart:
             raise ValueError(f"could not unconstrain the values: {exc}") from exc
 
     @property
+    def omitted_quantities(self) -> dict[str, list[str]]:
+        """The program's ``transformed parameters`` and ``generated quantities`` variables, which
+        the output leaves out (they may be computed from the data, which only a privacy
+        mechanism may touch): ``{"transformed parameters": [...], "generated quantities": [...]}``,
+        by variable name, each list empty where the block declares none (public: the program's
+        names).  Empty lists where the compiled model is not at hand."""
+        bridge = getattr(self, "bridge", None)
+        out: dict[str, list[str]] = {"transformed parameters": [], "generated quantities": []}
+        if bridge is None:
+            return out
+
+        def variables(names: Any) -> list[str]:
+            seen: dict[str, None] = {}
+            for name in names:
+                seen.setdefault(str(name).split(".")[0], None)
+            return list(seen)
+
+        params = set(variables(bridge.param_names()))
+        with_tp = variables(bridge.param_names(include_tp=True))
+        everything = variables(bridge.param_names(include_tp=True, include_gq=True))
+        out["transformed parameters"] = [v for v in with_tp if v not in params]
+        out["generated quantities"] = [v for v in everything if v not in with_tp and v not in params]
+        return out
+
+    @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every variable in the ``parameters`` block."""
         return dict(self._layout.shapes)

@@ -74,6 +74,19 @@ def netcdf_safe_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return safe
 
 
+def omitted_note(model: Any) -> str:
+    """``attrs["not_in_output"]``: the program's transformed parameters and generated quantities,
+    which the output leaves out, with why and what to do; ``""`` where it declares none (or the
+    model does not say: a NumPy density)."""
+    omitted = getattr(model, "omitted_quantities", None) or {}
+    parts = [f"{block}: {', '.join(names)}" for block, names in omitted.items() if names]
+    if not parts:
+        return ""
+    return ("; ".join(parts) + " (not in the output: they may be computed from the data, which "
+            "only a privacy mechanism may touch; compute those that depend on the parameters "
+            "alone from the posterior draws)")
+
+
 def build_inference_data(
     draws: Mapping[str, np.ndarray],
     stats: Mapping[str, np.ndarray],

@@ -459,3 +459,21 @@ def test_a_weak_delta_is_a_privacy_warning_on_the_command_line(data_file, capsys
     err = capsys.readouterr().err
     assert "stan-dp: privacy warning: delta = 0.01 is at least 1/n" in err
     assert "PrivacyWarning" not in err and "cli.py" not in err
+
+
+def test_the_summary_keeps_small_coefficients_and_names_what_the_output_leaves_out(capsys):
+    """A coefficient on income in dollars (about 4e-4) printed as 0.000 under ArviZ's rounding;
+    the note says which of the program's blocks are not in the output."""
+    from stan_dp.cli import _print_fit
+    from stan_dp.output import build_inference_data
+
+    rng = np.random.default_rng(0)
+    draws = {"alpha": 21.0 + rng.normal(size=(2, 200)), "beta": 3.8e-4 + 1e-5 * rng.normal(size=(2, 200))}
+    fit = build_inference_data(draws, {}, warmup=0, attrs={
+        "sampler": "gaussian", "mixed": True, "warnings": "",
+        "not_in_output": "generated quantities: y_rep (not in the output: ...)"})
+    _print_fit(fit)
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("beta"))
+    assert float(row.split()[1]) == pytest.approx(3.8e-4, rel=0.01)
+    assert "note: generated quantities: y_rep" in out

@@ -177,6 +177,20 @@ def test_mixed_row_variables_are_sliced(compiled):
     np.testing.assert_allclose(model.unconstrain(c), theta, rtol=1e-9, atol=1e-12)
 
 
+def test_the_blocks_left_out_of_the_output_are_named(compiled):
+    """Transformed parameters and generated quantities may read the data, so the output leaves
+    them out; the model names them (from the program) so that the output can say so."""
+    from stan_dp.output import omitted_note
+
+    model = RowModel(compiled(stan_test_model("rows_mixed")), mixed_data())
+    assert model.omitted_quantities == {"transformed parameters": ["c_sum"], "generated quantities": ["draw"]}
+    note = omitted_note(model)
+    assert note.startswith("transformed parameters: c_sum; generated quantities: draw (not in the output")
+    plain = RowModel(compiled(bundled("logistic_regression")), logistic_data(n=20))
+    assert plain.omitted_quantities == {"transformed parameters": [], "generated quantities": []}
+    assert omitted_note(plain) == ""
+
+
 def test_explicit_row_vars_and_non_default_row_name(compiled):
     data = banana_data(n=12, d=2)
     data["rows"] = data.pop("N")
