@@ -376,6 +376,7 @@ class RowModel(ZeroRowPart):
         import bridgestan
 
         data_json, values = load_data(data)
+        self._nonfinite_data = _nonfinite_variables(values)   # for the data holder's own error
         self.n_rows = check_row_count(values, rows)
         if row_vars is not None:
             if isinstance(row_vars, str):
@@ -737,6 +738,14 @@ class RowModel(ZeroRowPart):
             checked += 1
             if checked >= points:
                 return
+        nonfinite = getattr(self, "_nonfinite_data", ())
+        if nonfinite:
+            # The data holder's own error at load time, as Stan's data checks are: it names
+            # variables, never a row or a value.
+            raise ModelDecompositionError(
+                f"the data has non-finite values (NaN or ±inf) in {', '.join(nonfinite)}, so the "
+                "log density was not finite at any test point: drop or impute those rows (Stan "
+                "reads NaN as a number, and a NaN outcome makes every log density NaN)")
         raise ModelDecompositionError(
             "could not verify the per-row decomposition: the log density was not finite "
             f"at any test point drawn uniformly on (-r, r) in unconstrained space, r in {CHECK_POINT_RADII}. "
@@ -744,6 +753,19 @@ class RowModel(ZeroRowPart):
             "unconstrained parameters 0: bounded parameters at the middle of their range, positive ones "
             "at 1), where stan_dp starts"
         )
+
+
+def _nonfinite_variables(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """Names of the data variables holding a NaN or an infinity (numeric ones only)."""
+    out = []
+    for name, value in values.items():
+        try:
+            arr = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            continue
+        if arr.size and not np.all(np.isfinite(arr)):
+            out.append(str(name))
+    return tuple(out)
 
 
 def _derived_program_path(derived: str, name: str,

@@ -191,6 +191,17 @@ def test_the_blocks_left_out_of_the_output_are_named(compiled):
     assert omitted_note(plain) == ""
 
 
+def test_nan_in_the_data_is_named_where_it_makes_the_log_density_nan(compiled):
+    """It said 'check that the model's log density is finite near 0', pointing at the model."""
+    data = linear_data(n=30)
+    data["y"] = np.asarray(data["y"], dtype=float).copy()
+    data["y"][[3, 17]] = np.nan
+    from stan_dp import ModelDecompositionError
+
+    with pytest.raises(ModelDecompositionError, match=r"non-finite values \(NaN or ±inf\) in y,"):
+        RowModel(compiled(bundled("linear_regression")), data)
+
+
 def test_explicit_row_vars_and_non_default_row_name(compiled):
     data = banana_data(n=12, d=2)
     data["rows"] = data.pop("N")
