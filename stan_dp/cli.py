@@ -682,10 +682,16 @@ def cli_words(message: str) -> str:
     every keyword that has a flag is renamed, and ``RowModel(...,
     public_data=...)``, which has none, is marked as the Python API.
     """
-    out = re.sub(r"(?<![\w.-])([a-z_]+)=(?!=)(\.\.\.)?",
-                 lambda m: (CLI_FLAGS[m.group(1)] + (" ..." if m.group(2) else ""))
-                 if m.group(1) in CLI_FLAGS else m.group(0),
-                 message)
+    def flag(m: re.Match) -> str:
+        if m.group(1) not in CLI_FLAGS:
+            return m.group(0)
+        value = m.group(2) or ""
+        if value == "...":
+            return CLI_FLAGS[m.group(1)] + " ..."
+        # a quoted Python value is the flag's argument: relation='add_remove' -> --relation add_remove
+        return CLI_FLAGS[m.group(1)] + (" " + value[1:-1] if value else "")
+
+    out = re.sub(r"(?<![\w.-])([a-z_]+)=(?!=)(\.\.\.|'[^']*'|\"[^\"]*\")?", flag, message)
     return out.replace("RowModel(..., public_data=", "the Python API's RowModel(..., public_data=")
 
 

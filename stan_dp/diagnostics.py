@@ -1003,6 +1003,19 @@ def _density(draws: np.ndarray, grid: np.ndarray) -> np.ndarray:
         return np.interp(grid, 0.5 * (edges[1:] + edges[:-1]), hist, left=0, right=0)
 
 
+def _fit_attrs(samples: Any) -> Mapping[str, Any]:
+    """The posterior's attrs of an ``InferenceData`` (or a dataset's), else empty."""
+    posterior = getattr(samples, "posterior", samples)
+    attrs = getattr(posterior, "attrs", None)
+    return attrs if isinstance(attrs, Mapping) else {}
+
+
+def _is_reference(samples: Any) -> bool:
+    """A fit :func:`~stan_dp.reference_fit` made (its attrs say ``private`` is false)."""
+    value = _fit_attrs(samples).get("private", None)
+    return value is not None and not bool(value)
+
+
 def compare(
     private: Any,
     reference: Any,
@@ -1044,6 +1057,10 @@ def compare(
     """
     if not (0 < interval < 1):
         raise ValueError(f"interval must be in (0, 1), got {interval!r}")
+    if _is_reference(private) and "epsilon" in _fit_attrs(reference):
+        raise ValueError("the arguments are swapped: the first is a non-private reference and the "
+                         "second a private fit; pass the private fit first (compare(private, "
+                         "reference); stan-dp compare FIT REFERENCE)")
     p, r, names, notes = _line_up(private, reference, var_names)
     x = p.values.reshape(-1, p.values.shape[2])
     y = r.values.reshape(-1, r.values.shape[2])

@@ -477,3 +477,12 @@ def test_the_summary_keeps_small_coefficients_and_names_what_the_output_leaves_o
     row = next(line for line in out.splitlines() if line.startswith("beta"))
     assert float(row.split()[1]) == pytest.approx(3.8e-4, rel=0.01)
     assert "note: generated quantities: y_rep" in out
+
+
+def test_a_quoted_keyword_value_becomes_the_flags_argument():
+    """It printed "--relation'add_remove'"."""
+    from stan_dp.cli import cli_words
+
+    assert (cli_words("under relation='add_remove' pass public_n= or use relation=\"replace_one\"")
+            == "under --relation add_remove pass --public-n or use --relation replace_one")
+    assert cli_words("pass init=... or check rows=/row_vars=") == "pass --init ... or check --rows/--row-vars"

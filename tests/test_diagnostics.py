@@ -583,3 +583,19 @@ def test_components_constant_in_both_fits_are_named_not_scored_and_not_plotted()
     moved = compare(priv, ref)
     assert moved.rows[2]["flags"] == ["constant, differs"]
     assert "but L[3] are fixed at different values in the two fits" in str(moved)
+
+
+def test_compare_refuses_a_reference_given_as_the_private_fit():
+    """stan-dp compare REF FIT labelled NUTS's draws "private draws" and printed a privacy report
+    with no epsilon; a reference passed twice (a self-check) is still compared."""
+    from stan_dp.output import build_inference_data
+
+    rng = np.random.default_rng(3)
+    private = build_inference_data({"mu": rng.normal(size=(2, 100))}, {}, warmup=0,
+                                   attrs={"sampler": "gaussian", "epsilon": 2.0, "delta": 1e-5})
+    reference = build_inference_data({"mu": rng.normal(size=(2, 100))}, {}, warmup=0,
+                                     attrs={"sampler": "nuts", "private": False})
+    with pytest.raises(ValueError, match="swapped"):
+        compare(reference, private)
+    assert compare(private, reference).rows[0]["name"] == "mu"
+    compare(reference, reference)
