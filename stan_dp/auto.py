@@ -370,13 +370,15 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
             walking += (f"; its final check found that the rows prefer the point of its round "
                         f"{result.checked} to its last estimate beyond the check's noise, and that "
                         "point is reported (the search jumped where the rows are worse)")
+        # a ridge needs two coordinates: a one-parameter model is not told to centre predictors
+        ridge = ("" if int(model.dim) < 2 else
+                 " — in particular centred predictors (a predictor far from 0 relative to its "
+                 "spread, like a distance in metres around 5 km, makes its slope and the intercept "
+                 "nearly collinear, a ridge the search cannot resolve at this budget)")
         emit(["the private mode search did not settle (its last steps were still large or went "
               f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
               "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
-              "help — in particular centred predictors (a predictor far from 0 relative to its "
-              "spread, like a distance in metres around 5 km, makes its slope and the intercept "
-              "nearly collinear, a ridge the search cannot resolve at this budget)"],
-             attrs, stacklevel=4)
+              f"help{ridge}"], attrs, stacklevel=4)
     if result.prior_share > PRIOR_SHARE_LIMIT:
         emit([f"at the private mode the prior supplies {100 * result.prior_share:.3g}% of the "
               "curvature of a parameter the rows depend on: the mode is held by the prior, not "
@@ -676,6 +678,15 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
               "posterior, or a rescaled (e.g. non-centred) parametrisation would help"], attrs)
     if redrawn:
         emit([_overflow_warning(model.constrain, centre, redrawn, left, chains * draws)], attrs)
+    squashed = squashed_coordinates(model, centre, np.sqrt(np.maximum(np.diag(cov), 0.0)))
+    if squashed:
+        emit([f"{', '.join(squashed)}: the Gaussian sits where the constraint's transform is flat "
+              "(a bounded parameter far out in unconstrained space), so every draw lies at the "
+              "bound, to within a ten-thousandth of its value: the draws' spread there says nothing "
+              "about the posterior's; the posterior may pile up against the bound (the data "
+              "favouring values beyond it), or the search may have ended in a region where the "
+              "rows are flat; a larger epsilon or more rows would help, and the intervals are not "
+              "credible intervals"], attrs)
     attrs.update({
         "sampler": "gaussian",
         "method": "noise-aware Gaussian approximation at a private mode",
@@ -692,7 +703,9 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         # an unsettled search's covariance leaves out how far its mode may still be, and a
         # Gaussian at the mode of a posterior far from Gaussian is not it: its intervals are not
         # credible intervals (the CLI then leaves them out); nor is a Gaussian at a saddle point
-        "mixed": bool(result.settled and attrs["gaussian_shape_ok"] and not result.saddle),
+        "mixed": bool(result.settled and attrs["gaussian_shape_ok"] and not result.saddle
+                      and not squashed),
+        "at_bound": ", ".join(squashed),
         "nonfinite_draws_redrawn": int(redrawn),
         # the centre's move from the private mode by the skew check (largest, posterior sds)
         "skew_correction": float(np.max(np.abs(moved) / result.posterior_sd, initial=0.0)),
@@ -722,6 +735,48 @@ def _shape_warning(model: Any, result: AdaptationResult) -> str:
             "from where the posterior's mass is), parameters with few rows behind them, or a bounded "
             "parameter near its bound; a Gaussian approximation cannot represent such a posterior, "
             "and more rows or a larger epsilon (where the posterior is more nearly Gaussian) would help")
+
+
+SQUASHED_RTOL = 1e-4
+""":func:`squashed_coordinates`: a coordinate's constrained values at the Gaussian's ``+-3`` sds differ
+by at most this fraction of their size."""
+
+
+def squashed_coordinates(model: Any, centre: np.ndarray, sd: np.ndarray) -> list[str]:
+    """Stan names (with the value) of the coordinates whose Gaussian the constraint's transform
+    squashes onto a bound: at least 0.01 wide in unconstrained space, while the constrained values
+    at ``centre +- 3 sd`` along it differ by at most :data:`SQUASHED_RTOL` of their size (a
+    ``real<lower=0.3, upper=0.9>`` at unconstrained -31: every draw 0.3 to 12 digits; at -28 with
+    an sd of 5, within 2e-6 of it, against a posterior sd of 0.005).  An unconstrained coordinate
+    is never flagged short of ``|u| > 6e4 sd``, nor a log-transformed one (its relative spread is
+    at least ``e^0.06 - 1``).  Only where
+    the constrained values line up one to one with the unconstrained coordinates (reals and
+    vectors with bounds; a simplex or a Cholesky factor is not judged).  Post-processing of the
+    released Gaussian and the public transform."""
+    d = int(centre.size)
+
+    def flat(point: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
+                               for v in model.constrain(point).values()])
+
+    try:
+        base = flat(centre)
+    except (ValueError, TypeError, AttributeError, RuntimeError):
+        return []
+    if base.size != d:
+        return []
+    names = _coordinate_names(model, d)
+    out = []
+    for j in np.flatnonzero(np.isfinite(sd) & (sd >= 0.01)):
+        step = np.zeros(d)
+        step[j] = 3.0 * sd[j]
+        try:
+            hi, lo = flat(centre + step)[j], flat(centre - step)[j]
+        except (ValueError, TypeError, AttributeError, RuntimeError):
+            continue
+        if np.isfinite(hi) and np.isfinite(lo) and abs(hi - lo) <= SQUASHED_RTOL * 0.5 * (abs(hi) + abs(lo)):
+            out.append(f"{names[j]} (at {base[j]:.6g})")
+    return out
 
 
 def _overflow_warning(constrain: Any, mode: np.ndarray, redrawn: int, left: int, total: int) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import re
@@ -110,20 +109,15 @@ def read_init(spec: str | None, model) -> object:
     CmdStan's init files do, and may name only some of them (the rest start
     at zeros unconstrained).  Either must be chosen without the data.
     """
+    from stan_dp.inference import _init_file
+
     if spec is None:
         return None
     if spec == "zeros":
         return np.zeros(model.dim)
-    path = Path(spec)
-    if not path.is_file():
+    if not Path(spec).is_file():
         raise FileNotFoundError(f"--init: not 'zeros' and no such file: {spec}")
-    try:
-        values = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--init: {spec} is not valid JSON: {exc}") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"--init: {spec} must hold a JSON object of parameter values")
-    return values
+    return _init_file(spec)   # the library's reading of an init file (sample(init="file.json"))
 
 
 # ---------------------------------------------------------------- sampling
@@ -246,6 +240,8 @@ def _not_mixed_reason(attrs: Any) -> str:
         reasons.append("it stopped at a saddle point")
     if not bool(attrs.get("gaussian_shape_ok", True)):
         reasons.append("the posterior is not Gaussian around the private mode")
+    if str(attrs.get("at_bound", "") or ""):
+        reasons.append(f"the draws of {attrs['at_bound']} collapse onto a bound")
     return "; ".join(reasons) if reasons else "the Gaussian approximation does not represent the posterior"
 
 

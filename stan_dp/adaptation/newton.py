@@ -403,6 +403,13 @@ def private_mode(
             previous = {"theta": previous["theta"], "frame": frame, "move": move, "full": False,
                         "slope": previous["slope"] * t, "near": False, "single": False,
                         "length": t * previous["length"]}
+            # the round whose move this takes back: its one-step estimate lies at or beyond the
+            # point just judged too far (or where the rows' curvature collapsed), so an unsettled
+            # search does not report it
+            for r in reversed(rounds):
+                if "one_step" in r:
+                    r["rejected"] = True
+                    break
             rounds.append({"ok": False})
         else:
             if previous is not None and previous["full"]:
@@ -496,7 +503,7 @@ def private_mode(
             mode, noise_cov, curvature = pooled.mode, pooled.noise_cov, pooled.curvature
         used, settled = len(pool), pooled.resolved
     else:
-        last = [r for r in rounds if "one_step" in r][-1:]
+        last = [r for r in rounds if "one_step" in r and not r.get("rejected")][-1:]
         if not last:  # every round stepped back: report where the search stands
             last = [{"one_step": theta, "noise_cov": np.diag(np.full(d, np.inf)),
                      "curvature": np.linalg.inv(frame @ frame.T)}]
