@@ -23,11 +23,14 @@ output.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -334,6 +337,21 @@ INIT_RADIUS = 2.0
 """Default initial points are uniform(-INIT_RADIUS, INIT_RADIUS) in unconstrained space."""
 
 
+def _init_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Constrained values by name from a JSON file (as CmdStan's and cmdstanpy's ``inits=``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"init file not found: {path} (init= takes a dict of constrained "
+                                "values, an unconstrained array, or a JSON file of the values)")
+    try:
+        values = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"init file {path} is not valid JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"init file {path} must hold a JSON object of parameter values by name")
+    return values
+
+
 def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
     """Validate a user initial point without touching the data.
 
@@ -341,11 +359,12 @@ def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
     ----------
     model : object
         Provides ``dim`` and ``log_prior``; ``unconstrain`` is needed for a dict.
-    init : None, array-like or dict
+    init : None, array-like, dict or path
         ``None`` (random, see :func:`initial_position`), an unconstrained
         array of size ``dim`` (shared by all chains) or of shape
         ``(chains, dim)``, or a dict of constrained values (needs
-        ``model.unconstrain``); parameters the dict leaves out start where
+        ``model.unconstrain``), or the path of a JSON file holding that dict
+        (CmdStan's init files); parameters the dict leaves out start where
         zeros unconstrained put them (a positive parameter at 1), and a name
         that is not a parameter is refused.  A user initial point must not
         depend on the private data.
@@ -365,6 +384,8 @@ def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
     if init is None:
         return None
     dim = int(model.dim)
+    if isinstance(init, (str, os.PathLike)):
+        init = _init_file(init)
     if isinstance(init, Mapping):
         unconstrain = getattr(model, "unconstrain", None)
         if not callable(unconstrain):

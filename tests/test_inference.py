@@ -262,3 +262,24 @@ def test_the_seed_samplers_warn_once_on_a_delta_of_at_least_one_over_n(normal_me
     assert len(privacy) == int(warned)
     if warned:
         assert "1/n" in str(privacy[0].message) and privacy[0].filename == __file__
+
+
+def test_init_may_be_a_json_file_of_constrained_values(compiled, tmp_path):
+    """As cmdstanpy's inits="file.json": it raised "could not convert string to float"."""
+    import json
+
+    from conftest import bundled, linear_data
+    from stan_dp import RowModel
+    from stan_dp.inference import resolve_init
+
+    model = RowModel(compiled(bundled("linear_regression_unknown_scale")),
+                     linear_data(n=30, unknown_scale=True))
+    path = tmp_path / "init.json"
+    path.write_text(json.dumps({"sigma": 5.0}))
+    np.testing.assert_array_equal(resolve_init(model, str(path), 2), resolve_init(model, {"sigma": 5.0}, 2))
+    np.testing.assert_array_equal(resolve_init(model, path, 1), resolve_init(model, {"sigma": 5.0}, 1))
+    with pytest.raises(FileNotFoundError, match="init file not found"):
+        resolve_init(model, str(tmp_path / "absent.json"), 1)
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        resolve_init(model, path, 1)
