@@ -845,9 +845,10 @@ def transformed_data_message(report: Any, rows: str) -> str:
         "(stan_dp then reads them from the data instead of computing them from the rows). "
         "They are then public: choose them without looking at the data (from the design, "
         "domain knowledge or a published source), or release them privately first and count "
-        "that release in your budget. Or declare them in the data block yourself. For a brms model, fit with "
-        "center = FALSE (e.g. bf(y ~ x, center = FALSE)) so that brms does not centre the "
-        "predictors on their means")
+        "that release in your budget. Or declare them in the data block yourself")
+    if any(n.startswith(("means_X", "Xc")) for n in names):   # brms's names for its centring
+        fixes += (". For a brms model, fit with center = FALSE (e.g. bf(y ~ x, center = FALSE)) "
+                  "so that brms does not centre the predictors on their means")
     bound = report.rows_lower_bound
     if bound is not None and bound > 0:
         fixes += (f". {rows} is declared int<lower={bound}> but the prior part is the model "

@@ -175,6 +175,7 @@ def test_zscore_model_is_refused_without_the_wrong_hint():
     msg = str(info.value)
     assert "x_mean (from x), x_sd (from x)" in msg
     assert "declare it int<lower=0>" not in msg and "int<lower=" not in msg
+    assert "brms" not in msg   # a hand-written z-score is not told how to fit brms
 
 
 def test_brms_model_fits_with_public_means(compiled):
