@@ -97,7 +97,8 @@ def test_draws_at_a_bound_are_named_and_not_called_mixed(rate_model):
 def test_an_estimate_the_next_round_took_back_is_not_reported(rate_model):
     """Where the last round took back the previous round's move and nothing was pooled, the
     search reported that previous round's one-step estimate, the very point just judged too far
-    (seed 76 of 160: u = -15.2, p = 0.3 to 7 digits, where the rows' curvature had collapsed)."""
+    (seed 76 of 160: u = -15.2, p = 0.3 to 7 digits, where the rows' curvature had collapsed).
+    It reports where the search stands after the step back."""
     checked = 0
     for seed in range(60, 100):
         trace: list = []
@@ -113,4 +114,5 @@ def test_an_estimate_the_next_round_took_back_is_not_reported(rate_model):
         checked += 1
         taken_back = result.path[-2]   # the point the move that was taken back had reached
         assert not np.allclose(result.mode, taken_back), seed
+        np.testing.assert_array_equal(result.mode, result.path[-1])
     assert checked >= 1

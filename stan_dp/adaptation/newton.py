@@ -503,7 +503,12 @@ def private_mode(
             mode, noise_cov, curvature = pooled.mode, pooled.noise_cov, pooled.curvature
         used, settled = len(pool), pooled.resolved
     else:
-        last = [r for r in rounds if "one_step" in r and not r.get("rejected")][-1:]
+        last = [r for r in rounds if "one_step" in r][-1:]
+        if last and last[0].get("rejected"):
+            # the last estimate was taken back: where the search stands after the step back (between
+            # the point the estimate was made at and the estimate), with that round's noise and
+            # curvature
+            last = [{**last[0], "one_step": theta}]
         if not last:  # every round stepped back: report where the search stands
             last = [{"one_step": theta, "noise_cov": np.diag(np.full(d, np.inf)),
                      "curvature": np.linalg.inv(frame @ frame.T)}]
