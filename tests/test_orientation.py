@@ -403,5 +403,7 @@ def test_a_false_direction_count_no_longer_widens_a_direction_by_decades(monkeyp
     worst, widest = fit_and_frame()
     monkeypatch.setattr(plan_module, "DIRECTION_GAP_SDS", 0.0)   # the old share
     old_worst, old_widest = fit_and_frame()
-    assert old_widest > 100.0 and old_worst > 50.0, (old_widest, old_worst)
+    # the old share's fit ends unsettled, 34.7 sds off where its last step back left it (it
+    # reported the estimate that step took back, beyond 50, before session 57)
+    assert old_widest > 100.0 and old_worst > 20.0, (old_widest, old_worst)
     assert widest < 10.0 and worst < 10.0, (widest, worst)

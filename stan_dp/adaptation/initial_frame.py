@@ -18,8 +18,7 @@ import numpy as np
 from scipy import stats
 
 from stan_dp.adaptation.curvature import _curvature_rows, _orientation_rows
-from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, SCALE_TAIL_SDS, AdaptationSettings, scale_tail,
-                                     tail_rows)
+from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR, AdaptationSettings, scale_tail, tail_rows
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
 from stan_dp.adaptation.ridge import thresholded_ridges
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
@@ -298,12 +297,7 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
                                     what=what, rechecks=SCALE_RECHECKS,
                                     rechecked=depending - target < RECHECK_GAP_SDS * count_sd)
     del curv_stat, cols  # the rows' statistic is dropped where it lives
-    # a target cut to half of the surely depending rows may sit within the count's noise of 0,
-    # where the search's comparisons above every row read "above" by noise alone (a
-    # non-centred group effect at 251 of 2,000 rows, epsilon = 4: a target 0.89 noise sds from
-    # 0, a scale 1e6 times too narrow that no round widened): no scale is found there either
-    at_floor = (at_floor | (depending < DEPENDING_SDS * count_sd)
-                | (capped & (target < SCALE_TAIL_SDS * count_sd)))
+    at_floor = at_floor | (depending < DEPENDING_SDS * count_sd)
     # t is an upper quantile of the depending rows' curvatures; their mean is about
     # t / chi2_1.ppf(1 - tail) for GLM rows (w x^2 with x^2 ~ chi2_1).  The frame takes it over all
     # n rows, as if every row depended on the coordinate: for one that only m_j rows depend on it
