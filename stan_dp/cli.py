@@ -109,7 +109,7 @@ def read_init(spec: str | None, model) -> object:
     CmdStan's init files do, and may name only some of them (the rest start
     at zeros unconstrained).  Either must be chosen without the data.
     """
-    from stan_dp.inference import _init_file
+    from stan_dp.inference import read_init_file
 
     if spec is None:
         return None
@@ -117,7 +117,7 @@ def read_init(spec: str | None, model) -> object:
         return np.zeros(model.dim)
     if not Path(spec).is_file():
         raise FileNotFoundError(f"--init: not 'zeros' and no such file: {spec}")
-    return _init_file(spec)   # the library's reading of an init file (sample(init="file.json"))
+    return read_init_file(spec)   # the library's reading of an init file (sample(init="file.json"))
 
 
 # ---------------------------------------------------------------- sampling

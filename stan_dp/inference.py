@@ -61,6 +61,7 @@ __all__ = [
     "run",
     "preceding_releases",
     "warn_weak_delta",
+    "read_init_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ DEFAULT_ITERATIONS = 2000
 """Post-warm-up draws per chain when neither ``iterations`` nor ``noise`` is given."""
 
 class PrivacyWarning(UserWarning):
-    """Something non-private is about to be released (explicit opt-in only)."""
+    """The run protects less than it may seem: something non-private is about to be released
+    (explicit opt-in only), or ``delta`` is at least ``1 / n`` (:func:`warn_weak_delta`)."""
 
 
 def warn_weak_delta(delta: float, n_public: int | None, stacklevel: int = 2) -> None:
@@ -337,7 +339,7 @@ INIT_RADIUS = 2.0
 """Default initial points are uniform(-INIT_RADIUS, INIT_RADIUS) in unconstrained space."""
 
 
-def _init_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_init_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Constrained values by name from a JSON file (as CmdStan's and cmdstanpy's ``inits=``)."""
     p = Path(path)
     if not p.is_file():
@@ -385,7 +387,7 @@ def resolve_init(model: Any, init: Any, chains: int) -> np.ndarray | None:
         return None
     dim = int(model.dim)
     if isinstance(init, (str, os.PathLike)):
-        init = _init_file(init)
+        init = read_init_file(init)
     if isinstance(init, Mapping):
         unconstrain = getattr(model, "unconstrain", None)
         if not callable(unconstrain):
