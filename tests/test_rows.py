@@ -186,6 +186,11 @@ def test_the_blocks_left_out_of_the_output_are_named(compiled):
     assert model.omitted_quantities == {"transformed parameters": ["c_sum"], "generated quantities": ["draw"]}
     note = omitted_note(model)
     assert note.startswith("transformed parameters: c_sum; generated quantities: draw (not in the output")
+    from stan_dp import penalty
+
+    fit = penalty(model, epsilon=2.0, delta=1e-5, clip=1.0, step_size=0.05, iterations=3, warmup=0,
+                  chains=1, seed=1, progress=False)
+    assert fit.attrs["not_in_output"] == note   # a seed sampler's fit says it too
     plain = RowModel(compiled(bundled("logistic_regression")), logistic_data(n=20))
     assert plain.omitted_quantities == {"transformed parameters": [], "generated quantities": []}
     assert omitted_note(plain) == ""

@@ -12,3 +12,6 @@ parameters {
 model {
   y ~ bernoulli(p);
 }
+generated quantities {
+  real odds = p / (1 - p);   // not in a private fit's output: named in attrs["not_in_output"]
+}
