@@ -749,9 +749,12 @@ def squashed_coordinates(model: Any, centre: np.ndarray, sd: np.ndarray) -> list
     ``real<lower=0.3, upper=0.9>`` at unconstrained -31: every draw 0.3 to 12 digits; at -28 with
     an sd of 5, within 2e-6 of it, against a posterior sd of 0.005).  An unconstrained coordinate
     is never flagged short of ``|u| > 6e4 sd``, nor a log-transformed one (its relative spread is
-    at least ``e^0.06 - 1``).  Only where the constrained values line up one to one with the
-    unconstrained coordinates (reals and vectors with bounds; a simplex or a Cholesky factor is
-    not judged).  Post-processing of the released Gaussian and the public transform."""
+    at least ``e^0.06 - 1``).  Nor is a bound at 0 (a probability's draws at 1e-13, which differ
+    relatively, though every one is 0 to 12 digits): the test is relative to the values, and a
+    variance parameter may lie at 1e-5 legitimately.  Only where the constrained values line up
+    one to one with the unconstrained coordinates (reals and vectors with bounds; a simplex or a
+    Cholesky factor is not judged).  Post-processing of the released Gaussian and the public
+    transform."""
     d = int(centre.size)
 
     def flat(point: np.ndarray) -> np.ndarray:
