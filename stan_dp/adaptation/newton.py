@@ -403,13 +403,6 @@ def private_mode(
             previous = {"theta": previous["theta"], "frame": frame, "move": move, "full": False,
                         "slope": previous["slope"] * t, "near": False, "single": False,
                         "length": t * previous["length"]}
-            # the round whose move this takes back: its one-step estimate lies at or beyond the
-            # point just judged too far (or where the rows' curvature collapsed), so an unsettled
-            # search does not report it
-            for r in reversed(rounds):
-                if "one_step" in r:
-                    r["rejected"] = True
-                    break
             rounds.append({"ok": False})
         else:
             if previous is not None and previous["full"]:
@@ -504,10 +497,10 @@ def private_mode(
         used, settled = len(pool), pooled.resolved
     else:
         last = [r for r in rounds if "one_step" in r][-1:]
-        if last and last[0].get("rejected"):
-            # the last estimate was taken back: where the search stands after the step back (between
-            # the point the estimate was made at and the estimate), with that round's noise and
-            # curvature
+        if last and "one_step" not in rounds[-1]:
+            # the last round took that estimate back (it lies at or beyond the point judged too
+            # far, or where the rows' curvature collapsed): report where the search stands after
+            # the step back, with that round's noise and curvature
             last = [{**last[0], "one_step": theta}]
         if not last:  # every round stepped back: report where the search stands
             last = [{"one_step": theta, "noise_cov": np.diag(np.full(d, np.inf)),
