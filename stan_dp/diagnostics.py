@@ -375,7 +375,12 @@ def _select(p: _Draws, r: _Draws, var_names: Sequence[str] | None) -> tuple[list
 def _line_up(a: Any, b: Any, var_names: Sequence[str] | None
              ) -> tuple[_Draws, _Draws, list[str], list[str]]:
     """Both samples restricted to the same components in the same order."""
-    p, r = _read_pair(a, b)
+    return _lined_up(*_read_pair(a, b), var_names)
+
+
+def _lined_up(p: _Draws, r: _Draws, var_names: Sequence[str] | None
+              ) -> tuple[_Draws, _Draws, list[str], list[str]]:
+    """:func:`_line_up` of two samples already read."""
     names, notes = _select(p, r, var_names)
     ip = {n: k for k, n in enumerate(p.names)}
     ir = {n: k for k, n in enumerate(r.names)}
@@ -1003,19 +1008,6 @@ def _density(draws: np.ndarray, grid: np.ndarray) -> np.ndarray:
         return np.interp(grid, 0.5 * (edges[1:] + edges[:-1]), hist, left=0, right=0)
 
 
-def _fit_attrs(samples: Any) -> Mapping[str, Any]:
-    """The posterior's attrs of an ``InferenceData`` (or a dataset's), else empty."""
-    posterior = getattr(samples, "posterior", samples)
-    attrs = getattr(posterior, "attrs", None)
-    return attrs if isinstance(attrs, Mapping) else {}
-
-
-def _is_reference(samples: Any) -> bool:
-    """A fit :func:`~stan_dp.reference_fit` made (its attrs say ``private`` is false)."""
-    value = _fit_attrs(samples).get("private", None)
-    return value is not None and not bool(value)
-
-
 def compare(
     private: Any,
     reference: Any,
@@ -1057,11 +1049,13 @@ def compare(
     """
     if not (0 < interval < 1):
         raise ValueError(f"interval must be in (0, 1), got {interval!r}")
-    if _is_reference(private) and "epsilon" in _fit_attrs(reference):
+    p, r = _read_pair(private, reference)
+    # a fit reference_fit made says private is false; a private fit carries its epsilon
+    if p.attrs.get("private") is not None and not bool(p.attrs["private"]) and "epsilon" in r.attrs:
         raise ValueError("the arguments are swapped: the first is a non-private reference and the "
                          "second a private fit; pass the private fit first (compare(private, "
                          "reference); stan-dp compare FIT REFERENCE)")
-    p, r, names, notes = _line_up(private, reference, var_names)
+    p, r, names, notes = _lined_up(p, r, var_names)
     x = p.values.reshape(-1, p.values.shape[2])
     y = r.values.reshape(-1, r.values.shape[2])
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
