@@ -570,6 +570,21 @@ def _coordinate_names(model: Any, dim: int) -> list[str]:
     return out
 
 
+def _aligned_constrained(model: Any, points: np.ndarray) -> np.ndarray | None:
+    """The constrained values of each unconstrained point (rows of ``points``) in Stan's flattened
+    order (each variable column-major, in declaration order), or None where they do not line up
+    one to one with the coordinates (a simplex, a Cholesky factor) or the model cannot map them."""
+    if len(getattr(model, "param_names", None) or []) != points.shape[1]:   # the names line up
+        return None
+    try:
+        constrained = np.array([np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
+                                                for v in model.constrain(p).values()])
+                                for p in points])
+    except (ValueError, TypeError, AttributeError, RuntimeError):
+        return None
+    return constrained if constrained.shape == points.shape else None
+
+
 def _moving_parameters(model: Any, path: np.ndarray, flags: np.ndarray) -> list[str]:
     """``"name a -> b -> c"`` for each coordinate ``flags`` marks (:func:`moving_coordinates`: the
     search was still walking along it), on the constrained scale where the model maps the path."""
@@ -577,16 +592,7 @@ def _moving_parameters(model: Any, path: np.ndarray, flags: np.ndarray) -> list[
         return []
     points = np.asarray(path)[-(MOVING_WINDOW + 1):]
     names = _coordinate_names(model, points.shape[1])
-    constrained = None
-    if len(getattr(model, "param_names", None) or []) == points.shape[1]:   # the names line up
-        try:   # Stan's flattened order: each variable column-major, in declaration order
-            constrained = np.array([np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
-                                                    for v in model.constrain(p).values()])
-                                    for p in points])
-        except (ValueError, TypeError, AttributeError):
-            constrained = None
-        if constrained is not None and constrained.shape != points.shape:
-            constrained = None
+    constrained = _aligned_constrained(model, points)
     out = []
     for j in np.flatnonzero(flags):
         if constrained is not None:
@@ -756,28 +762,20 @@ def squashed_coordinates(model: Any, centre: np.ndarray, sd: np.ndarray) -> list
     Cholesky factor is not judged).  Post-processing of the released Gaussian and the public
     transform."""
     d = int(centre.size)
-
-    def flat(point: np.ndarray) -> np.ndarray:
-        return np.concatenate([np.asarray(v, dtype=float).ravel(order="F")
-                               for v in model.constrain(point).values()])
-
-    try:
-        base = flat(centre)
-    except (ValueError, TypeError, AttributeError, RuntimeError):
-        return []
-    if base.size != d:
+    base = _aligned_constrained(model, centre[None, :])
+    if base is None:
         return []
     names = _coordinate_names(model, d)
     out = []
     for j in np.flatnonzero(np.isfinite(sd) & (sd >= 0.01)):
         step = np.zeros(d)
         step[j] = 3.0 * sd[j]
-        try:
-            hi, lo = flat(centre + step)[j], flat(centre - step)[j]
-        except (ValueError, TypeError, AttributeError, RuntimeError):
+        ends = _aligned_constrained(model, np.array([centre + step, centre - step]))
+        if ends is None:
             continue
+        hi, lo = ends[:, j]
         if np.isfinite(hi) and np.isfinite(lo) and abs(hi - lo) <= SQUASHED_RTOL * 0.5 * (abs(hi) + abs(lo)):
-            out.append(f"{names[j]} (at {base[j]:.6g})")
+            out.append(f"{names[j]} (at {base[0, j]:.6g})")
     return out
 
 
