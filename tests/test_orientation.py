@@ -291,8 +291,8 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
     are indefinite along a combination of the intercept, the slope and ``log sigma``; in this
     seed the orientation's release read that direction below minus its noise norm and its
     direction count found ~0 curvature there.  Widened as the count said, the fit ended 309
-    posterior sds off (measured); not widened (``INDEFINITE_STRETCH``), within 30 (measured
-    14.6: a warned, unsettled fit at this budget).  The direction counts run at their former share
+    posterior sds off (measured; 98.6 since session 58); not widened (``INDEFINITE_STRETCH``), within 30
+    (measured 14.6, 15.4 since session 58: a warned, unsettled fit at this budget).  The direction counts run at their former share
     (0.03): at the share planned since (0.131 here, ``planned_direction_share``) this seed's count
     no longer finds ~0 along that direction and both runs end 14.2 off."""
     n, seed = 500, 17
@@ -329,7 +329,9 @@ def test_a_direction_read_as_indefinite_is_not_widened(monkeypatch):
     assert turned and len(readings) == 2 and readings[0] == readings[1]   # one group, the same release
     lam, noise_norm = readings[0]
     assert lam < -noise_norm, readings                  # read as indefinite beyond its noise
-    assert old > 100.0 and new < 30.0, (old, new)
+    # (309 before session 58; 98.6 since the initial scale weighs its readings, which redraws the
+    # path of the widened run: tests/test_quantile_weighed.py)
+    assert old > 60.0 and new < 30.0, (old, new)
 
 
 @pytest.mark.parametrize("n, dim, eps", [(500, 3, 1.0), (500, 4, 1.0), (1000, 3, 1.0), (1000, 4, 1.0),

@@ -35,30 +35,30 @@ DEPENDING_LOWER_SDS = 2.0
 many noise sds (a lower bound on the rows that depend on the coordinate: :func:`_initial_scale`)."""
 
 
-SCALE_RECHECKS = 2
-"""How many of the initial scale's quantile rounds re-read the upper end of the interval the
-halving rounds closed (:func:`~stan_dp.adaptation.quantile.private_quantiles`' ``rechecks``), for
-the coordinates of :data:`RECHECK_GAP_SDS`.  Halving rounds never revisit a threshold, so one count
-read low by noise below every row that depends on a coordinate sends its search decades down and
-its frame that many times too wide: an ordered logistic regression's top cut point at 1,000 rows,
-epsilon = 1 (285 depending rows, count-noise sd 81, target 149) read 135 at ``2^-15``, its frame came
-out 51 times too wide, the Newton rounds walked its log increment hundreds of posterior sds either
-way, and the private posterior mean of the cut point was 1.2e7 reference sds off (median 26,725
-against NUTS's 3.6).  On that column (NumPy, 6,000 noise draws) a threshold decades too low came out in
-12.3 % of searches, 3.2 % with two rechecks (1 recheck: 4.4 %; 3: 2.2 %, at a coarser resolution:
-8 halvings leave 0.47 octaves); on the model itself (300 noise draws at its start) some frame 10
-times too wide in 1.0 % of runs, 0.3 % with the rechecks.  The cost: a false reopening lands on the
-narrow side (at most the next threshold read above), so a binary predictor's frame was a third of
-its width or less in 11.7 % of those draws instead of 6.3 %; the halving rounds left resolve
-``120 / 2^9`` = 0.23 octaves instead of 0.06."""
-RECHECK_GAP_SDS = 5.0
-""":data:`SCALE_RECHECKS` are taken by the coordinates whose released count of depending rows is
-within this many count-noise sds of the search's target (a public function of released counts):
-beyond it a count read below the target where every depending row is above it happens once in
-3.5 million comparisons, and the search of such a coordinate is the same, threshold for threshold,
-as without the rechecks.  In the paired runs of docs/adaptation.md §3 ("A count read low is read
-again") that left every run of the utility table's logistic regression (10^3 and 10^4 rows) and of
-its Poisson GLM at epsilon = 4 as it was, and every run of six of the 34 published-style cells."""
+WEIGHED_GAP_SDS = 5.0
+"""The initial scale searches a coordinate by probabilistic bisection
+(:func:`~stan_dp.adaptation.quantile.private_quantiles`' ``weighed``) where its released count of
+depending rows is within this many count-noise sds of the search's target (a public function of
+released counts): there the depending rows lie within a few noise sds of the target, or the target
+within a few of 0, and a halving search takes a count read a noise sd or two on the wrong side as
+certain.  Both happened:
+
+* a count read low below every depending row sent the search decades down (an ordered logistic
+  regression's top cut point at 1,000 rows, epsilon = 1: 285 depending rows, count-noise sd 81,
+  target 149, read 135 at ``2^-15``; its frame came out 51 times too wide and the private mean of
+  the cut point 1.2e7 reference sds off);
+* a count read high above every depending row sent it decades up, a frame that many times too
+  narrow (a non-centred group effect with 251 depending rows at a count-noise sd of 55.6, target
+  49.7 rows, 0.89 sds above 0: read 55.8 and 61.8 at ``2^0`` and ``2^30`` where the true count is 0,
+  and ended at ``2^41``; the draws' sd came out 3e-8 against NUTS's 0.38).  The county intercepts of
+  ``radon`` at 3,000 rows, epsilon = 16 (150 rows each against a count-noise sd of 26) did so in
+  most runs, which then crawled 23 sds from the posterior for all their rounds.
+
+Beyond the gap a count read below the target where every depending row is above it happens once in
+3.5 million comparisons, and the halving search of such a coordinate is the same as before,
+threshold for threshold.  (Until session 58 these coordinates took two recheck rounds of the upper
+end instead: docs/adaptation.md §3, "A count read low is read again", which guarded the first
+case only.)"""
 
 
 RIDGE_EIGENVALUE = 0.25
@@ -238,9 +238,9 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     rows that depend on it); the others search the quantile among those rows:
     a fraction ``SCALE_TAIL`` of them, at least 3.7 count-noise sds of rows
     (:func:`scale_tail`'s reason), at most half of them; where that target is
-    within :data:`RECHECK_GAP_SDS` noise sds of the count, the last
-    :data:`SCALE_RECHECKS` of them re-read the count where the search came
-    down last (a count read low there sent it decades down).  A tail taken of all
+    within :data:`WEIGHED_GAP_SDS` noise sds of the count, by probabilistic
+    bisection (one count read on the wrong side sent a halving search
+    decades off).  A tail taken of all
     ``n`` rows instead finds ~0 for a coordinate that fewer rows depend on
     than the tail (a binary predictor at 40 % against the tail of 0.5 the
     count noise forces at n = 1e3, epsilon = 1): a frame 1e4 times too wide.
@@ -294,8 +294,8 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     tail = np.where(capped, 0.5, need / m)   # fraction of the m_j depending rows above t
     t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
                                     rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
-                                    what=what, rechecks=SCALE_RECHECKS,
-                                    rechecked=depending - target < RECHECK_GAP_SDS * count_sd)
+                                    what=what,
+                                    weighed=depending - target < WEIGHED_GAP_SDS * count_sd)
     del curv_stat, cols  # the rows' statistic is dropped where it lives
     at_floor = at_floor | (depending < DEPENDING_SDS * count_sd)
     # t is an upper quantile of the depending rows' curvatures; their mean is about

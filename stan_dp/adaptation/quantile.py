@@ -10,9 +10,11 @@ stays in its range whatever the noise (the issue-13 prototype found it more
 robust than a noisy cumulative histogram), but a halving never revisits a
 threshold: one count read on the wrong side of the target far from the
 quantile leaves the result that far off, decades where the rows' values
-have a gap.  Recheck rounds (``rechecks``) re-read the count where the
-search came down last and reopen the interval there when the readings
-disagree with it (:func:`_reopened`).
+have a gap.  Columns whose counts are within a few noise sds of the target
+(``weighed``) are searched by probabilistic bisection instead
+(:func:`_weighed_update`, :func:`_most_consistent`): no reading is taken as
+certain, every threshold stays possible, and each round reads where the
+readings so far are split evenly.
 """
 
 from __future__ import annotations
@@ -20,22 +22,26 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.special import log_ndtr
 
 from stan_dp.adaptation.releases import Ledger, noisy_counts
 from stan_dp.aggregates import RowColumns, columns
 
-__all__ = ["LOG2_RANGE", "private_quantiles"]
+__all__ = ["LOG2_RANGE", "WEIGHED_STEP", "private_quantiles"]
 
 LOG2_RANGE = (-60.0, 60.0)
 """Search interval of ``log2 t`` (about 1e-18 to 1e18)."""
+
+WEIGHED_STEP = 1.0 / 32.0
+"""Grid step (octaves of ``t``) on which a ``weighed`` column's candidate thresholds are kept: finer
+than the 11 halving rounds of the initial scale resolve (120 / 2^11 = 0.06 octaves)."""
 
 
 def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowColumns, *, tail: float,
                       n_public: int, rounds: int, noise_multiplier: float, ledger: Ledger,
                       what: str = "quantile count",
                       log2_range: tuple[Any, Any] = LOG2_RANGE,
-                      rechecks: int = 0,
-                      rechecked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      weighed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Thresholds with about ``tail * n`` rows above them, per column.
 
     Parameters
@@ -48,20 +54,18 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowCo
     n_public : int
         Public row count used for the target.
     rounds : int
-        Binary-search rounds (one count-vector release each).
+        Search rounds (one count-vector release each).
     noise_multiplier : float
         Of each release (relative to the sensitivity ``sqrt(d)``).
     log2_range : (float or ndarray, float or ndarray)
         Search interval of ``log2 t``: one for every column, or per column.
-    rechecks : int
-        How many of the last ``rounds`` re-read the count at the upper end of
-        the interval the halving rounds closed, and halve an interval that a
-        recheck reopened (:func:`_reopened`; 0: every round halves).  The
-        plan is the same either way: ``rounds`` count releases at
-        ``noise_multiplier``.
-    rechecked : ndarray of bool, optional
-        The columns that take the rechecks (default: every column); the
-        others halve their interval in every round.
+    weighed : ndarray of bool, optional
+        The columns searched by probabilistic bisection (:func:`_weighed_update`;
+        default none): each round reads the count at the weighted median of
+        the candidate thresholds, and the result is the most consistent with
+        every reading (:func:`_most_consistent`).  The others halve their
+        interval in every round, exactly as without.  The plan is the same
+        either way: ``rounds`` count releases at ``noise_multiplier``.
 
     Returns
     -------
@@ -70,59 +74,81 @@ def private_quantiles(rng_noise: np.random.Generator, values: np.ndarray | RowCo
         Columns whose search ended at the bottom of the range (no scale found:
         most rows are zero in that column).
     """
-    if not 0 <= rechecks < rounds:
-        raise ValueError("rechecks must be at least 0 and fewer than rounds")
     v = columns(values)
     d = v.width
     floor = np.broadcast_to(np.asarray(log2_range[0], dtype=float), (d,))
     top = np.broadcast_to(np.asarray(log2_range[1], dtype=float), (d,))
     lo, hi = floor.copy(), top.copy()
     target = np.broadcast_to(np.asarray(tail * n_public, dtype=float), (d,))
-    mask = np.broadcast_to(np.asarray(True if rechecked is None else rechecked, dtype=bool), (d,))
-    halvings = np.where(mask, rounds - rechecks, rounds)
-    resolution = (top - floor) / np.exp2(halvings) + 1e-12
-    readings: list[tuple[np.ndarray, np.ndarray]] = []   # (log2 threshold, released count) per round
+    resolution = (top - floor) / np.exp2(rounds) + 1e-12
+    soft = np.flatnonzero(np.broadcast_to(np.asarray(False if weighed is None else weighed, dtype=bool), (d,)))
+    count_sd = noise_multiplier * float(np.sqrt(d))   # the noise sd of every count (noisy_counts)
+    if soft.size:
+        points = int(np.ceil(float(np.max(top[soft] - floor[soft])) / WEIGHED_STEP)) + 1
+        grid = floor[soft, None] + (top - floor)[soft, None] * np.linspace(0.0, 1.0, points)[None, :]
+        log_weight = np.zeros_like(grid)
     for r in range(rounds):
-        # a recheck re-reads the upper end of an interval the halving rounds closed, where that end
-        # was read; every other column halves its interval (one the recheck reopened, too)
-        recheck = (r >= halvings) & (hi - lo <= resolution) & (hi < top)
-        mid = np.where(recheck, hi, 0.5 * (lo + hi))
+        mid = 0.5 * (lo + hi)
+        if soft.size:
+            mid[soft] = _weighted_median(grid, log_weight)
         counts = noisy_counts(rng_noise, v, np.exp2(mid), noise_multiplier, ledger, f"{what}, round {r}")
-        readings.append((mid, counts))
         above = counts > target
-        lo = np.where(~recheck & above, mid, lo)
-        hi = np.where(~recheck & ~above, mid, hi)
-        if recheck.any():
-            lo, hi = _reopened(readings, recheck, lo, hi, target)
+        lo = np.where(above, mid, lo)
+        hi = np.where(~above, mid, hi)
+        if soft.size:
+            log_weight += _weighed_update(grid, mid[soft], counts[soft], target[soft], count_sd)
+    estimate = 0.5 * (lo + hi)
     at_floor = hi <= floor + resolution
-    # an interval a recheck reopened is wider than the resolution: its upper end is the narrow side
-    # of the frame (short steps)
-    wide = hi - lo > resolution
-    return np.exp2(np.where(wide, hi, 0.5 * (lo + hi))), at_floor
+    if soft.size:
+        estimate[soft] = _most_consistent(grid, log_weight)
+        at_floor[soft] = estimate[soft] <= floor[soft] + (top[soft] - floor[soft]) / (points - 1)
+    return np.exp2(estimate), at_floor
 
 
-def _reopened(readings: list[tuple[np.ndarray, np.ndarray]], rechecked: np.ndarray, lo: np.ndarray,
-              hi: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The interval after a recheck of its upper end (post-processing of released counts only).
+def _weighed_update(grid: np.ndarray, threshold: np.ndarray, count: np.ndarray, target: np.ndarray,
+                    count_sd: float) -> np.ndarray:
+    """The log weight one released count adds to every candidate ``log2 t`` (post-processing).
 
-    A halving search never revisits a threshold: one count read low by
-    noise at a threshold below every row that depends on a column sends the
-    search decades down, and every later round (each above the target there)
-    walks back up to that one reading.  An ordered logistic regression's top
-    cut point (285 depending rows at 1,000 rows, epsilon = 1, count-noise sd
-    81, target 149) read 135 at ``2^-15`` against a true 285: its frame came
-    out 51 times too wide, and the private posterior mean of the cut point
-    10^6-10^7 posterior sds off.  A recheck re-reads the count at the upper end
-    ``hi`` (the last threshold read below the target) and averages every
-    reading there.  Where the average is above the target the interval
-    reopens to the next threshold read above ``hi`` (one read below the
-    target: the search had come down from there), which the next rounds
-    halve.  Where no threshold above ``hi`` was read the interval stays.
+    A count ``c`` released at ``threshold`` with Gaussian noise of sd
+    ``count_sd`` says, under a flat prior on the true count ``N``, that
+    ``N > target`` with probability ``Phi((c - target) / sd)``: the quantile
+    is then above the threshold.  A candidate above the threshold gains the
+    log of that probability, one at or below it the log of the other,
+    ``Phi((target - c) / sd)``.  The sum over the rounds is a likelihood of
+    each candidate under independent readings; the halving search is its
+    limit where every probability is rounded to 0 or 1 (a count one noise
+    sd above the target counts as certain there, here as 0.84 against 0.16).
+    This is probabilistic bisection (Horstein 1963; Waeber, Frazier and
+    Henderson 2013) with each reading's error chance taken from its own
+    margin.  Where a target is within its noise of 0 (a coordinate few rows
+    depend on), the halving search takes a count read 1 sd high at a
+    threshold above every row as certain and climbs decades from it
+    (docs/adaptation.md §3, "Probabilistic bisection").
     """
-    lo, hi = lo.copy(), hi.copy()
-    for j in np.flatnonzero(rechecked):
-        at = [c[j] for t, c in readings if t[j] == hi[j]]
-        higher = [t[j] for t, _ in readings if t[j] > hi[j]]
-        if float(np.mean(at)) > target[j] and higher:
-            lo[j], hi[j] = hi[j], min(higher)
-    return lo, hi
+    side = grid > threshold[:, None]
+    up = log_ndtr((count - target) / count_sd)[:, None]
+    down = log_ndtr((target - count) / count_sd)[:, None]
+    return np.where(side, up, down)
+
+
+def _weighted_median(grid: np.ndarray, log_weight: np.ndarray) -> np.ndarray:
+    """Per row of ``grid``, the candidate where the weights ``exp(log_weight)`` split in half."""
+    w = np.exp(log_weight - log_weight.max(axis=1, keepdims=True))
+    cdf = np.cumsum(w, axis=1)
+    k = np.argmax(cdf >= 0.5 * cdf[:, -1:], axis=1)
+    return grid[np.arange(grid.shape[0]), k]
+
+
+def _most_consistent(grid: np.ndarray, log_weight: np.ndarray) -> np.ndarray:
+    """Per row of ``grid``, the middle of the highest run of candidates whose log weight is the
+    largest (the readings' most likely threshold; of several such runs the highest: the narrow side
+    of the frame, short steps)."""
+    out = np.empty(grid.shape[0])
+    for i in range(grid.shape[0]):
+        best = log_weight[i] >= log_weight[i].max() - 1e-9
+        last = int(np.flatnonzero(best)[-1])
+        first = last
+        while first > 0 and best[first - 1]:
+            first -= 1
+        out[i] = 0.5 * (grid[i, first] + grid[i, last])
+    return out
