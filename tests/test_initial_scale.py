@@ -241,3 +241,44 @@ def test_a_varying_intercept_whose_groups_are_at_the_floor_no_longer_ends_absurd
     monkeypatch.setattr(final_check, "CHECK_SDS", math.inf)
     off = [_varying_intercept_hyper(seed, first_radius=math.inf) for seed in range(4)]
     assert sum(_absurd(h) for h, _ in off) >= 3, off
+
+
+def _group_ratios(seed: int, z: float, groups: int = 20, n: int = 3000, sparse_rows: bool = True) -> np.ndarray:
+    """The Newton rounds' initial scale of each group effect of a regression on ``groups`` indicator
+    columns (sigma = 1 at the start, so each row's curvature is 1 on its own group's effect and the
+    group's sd there is ``1 / sqrt(m_j)``), over that sd."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, n)
+    x = (g[:, None] == np.arange(groups)[None, :]).astype(float)
+    model = NormalRegression(x, x @ rng.normal(1.5, 0.3, groups) + rng.normal(0, 0.75, n))
+    scale, at_floor = initial_frame._initial_scale(queries(model), np.zeros(model.dim), n, AdaptationSettings(), z,
+                                                   np.random.default_rng(seed), Ledger("replace_one"), "scale count",
+                                                   sparse_rows=sparse_rows)
+    assert not at_floor[:groups].any()
+    return scale[:groups] * np.sqrt(np.sum(x, axis=0))
+
+
+def test_a_group_effect_among_many_groups_is_scaled_by_its_own_rows(monkeypatch):
+    # 20 groups of ~150 rows at count-noise sd 14 (z = 3, d = 21).  Over all n rows each group's
+    # frame is sqrt(chi2_1(0.5) / 20) = 0.15 of its sd, below what the rounds' curvature release
+    # resolves (radon at 3,000 rows, epsilon = 16: 14.3 sds off after 13 rounds; here 0.13-0.26); over an upper bound
+    # on its rows (the count plus 2 noise sds) 0.62-0.98: still the narrow side
+    ratios = np.concatenate([_group_ratios(seed, 3.0) for seed in range(3)])
+    assert np.all((ratios > 0.4) & (ratios < 1.0)), ratios
+    monkeypatch.setattr(initial_frame, "SPARSE_FRACTION", 0.0)   # the rule before: all n rows
+    before = np.concatenate([_group_ratios(seed, 3.0) for seed in range(3)])
+    assert np.all((before > 0.1) & (before < 0.3)), before
+
+
+def test_dense_coordinates_and_the_far_scale_keep_all_rows():
+    # 40 % and 5 % of the rows depend on male and rare: beyond SPARSE_FRACTION (male) the scale is
+    # the same with or without sparse_rows; the far phase's scale (sparse_rows False) is the
+    # rule before for every coordinate
+    model = _model(0)
+    out = {}
+    for sparse in (False, True):
+        out[sparse], _ = initial_frame._initial_scale(queries(model), np.zeros(model.dim), N, AdaptationSettings(),
+                                                      3.0, np.random.default_rng(0), Ledger("replace_one"),
+                                                      "scale count", sparse_rows=sparse)
+    np.testing.assert_array_equal(out[True][:3], out[False][:3])   # intercept, height, male: dense
+    assert out[True][3] > 2.0 * out[False][3]                     # rare (5 %): its own rows

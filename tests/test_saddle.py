@@ -107,13 +107,15 @@ def test_a_mixture_whose_search_stops_where_its_components_merge_warns_of_a_sadd
     norms): the run warns of a saddle and names the means.  From an init spread over the outcome's
     range (public: no row read) the search finds the two components, within a unit of the
     truth (posterior sds about 0.16 and 0.2), with a positive least curvature and no such
-    warning.  (Noise seed 3: since the Newton rounds cap a log coordinate's move,
+    warning.  (Noise seed 11: since the Newton rounds cap a log coordinate's move,
     ``newton.LOG_STEP_MAX``, seeds 1 and 2 end on the same blob without settling, so with the
-    warning that the search did not settle, which names ``init=`` too.)"""
+    warning that the search did not settle, which names ``init=`` too; since a component's mean
+    that few rows depend on is framed by its own rows, ``initial_frame.SPARSE_FRACTION``, seeds 1-10
+    do, seed 3 among them, and 11 stops at the saddle.)"""
     model = stan_dp.RowModel(compiled(stan_test_model("normal_mixture")), _mixture_data(3000, 0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=3, progress=False)
+        fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=11, progress=False)
     said = [str(w.message) for w in caught if issubclass(w.category, stan_dp.UtilityWarning)]
     assert any("saddle point" in w and "mu[" in w for w in said), said
     assert fit.attrs["saddle"] and fit.attrs["least_curvature"] < -3 * SADDLE_LIMIT

@@ -274,7 +274,8 @@ def private_mode(
                                max_step=s.max_step, rng_noise=rng_noise, ledger=ledger,
                                on_round=None if trace is None else trace.append)
         theta = far_points[-1].copy()
-    scale, at_floor = _initial_scale(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count")
+    scale, at_floor = _initial_scale(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
+                                     sparse_rows=True)
     data_coordinates = ~at_floor
     frame = np.diag(scale)
     turned = False
