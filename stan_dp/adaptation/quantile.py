@@ -143,12 +143,9 @@ def _most_consistent(grid: np.ndarray, log_weight: np.ndarray) -> np.ndarray:
     """Per row of ``grid``, the middle of the highest run of candidates whose log weight is the
     largest (the readings' most likely threshold; of several such runs the highest: the narrow side
     of the frame, short steps)."""
-    out = np.empty(grid.shape[0])
-    for i in range(grid.shape[0]):
-        best = log_weight[i] >= log_weight[i].max() - 1e-9
-        last = int(np.flatnonzero(best)[-1])
-        first = last
-        while first > 0 and best[first - 1]:
-            first -= 1
-        out[i] = 0.5 * (grid[i, first] + grid[i, last])
-    return out
+    best = log_weight >= log_weight.max(axis=1, keepdims=True) - 1e-9
+    index = np.arange(grid.shape[1])
+    last = np.max(np.where(best, index, -1), axis=1)                              # highest best candidate
+    first = np.max(np.where(~best & (index < last[:, None]), index, -1), axis=1) + 1   # start of its run
+    rows = np.arange(grid.shape[0])
+    return 0.5 * (grid[rows, first] + grid[rows, last])
