@@ -68,6 +68,24 @@ def test_the_most_consistent_candidate_is_the_middle_of_the_highest_best_run():
     np.testing.assert_array_equal(_most_consistent(grid, np.array([[5, 5, 1, 0, 0, 0, 0, 0.0]])), [0.5])
 
 
+def test_the_most_consistent_candidate_agrees_with_a_plain_scan():
+    # an independent reading of the rule, one row at a time: walk down from the highest candidate
+    # of largest weight to the start of its run
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        rows, points = int(rng.integers(1, 5)), int(rng.integers(2, 30))
+        grid = np.sort(rng.normal(size=(rows, points)), axis=1)
+        weight = rng.integers(0, 3, size=(rows, points)).astype(float)
+        expected = []
+        for g, w in zip(grid, weight):
+            last = max(i for i in range(points) if w[i] == w.max())
+            first = last
+            while first > 0 and w[first - 1] == w.max():
+                first -= 1
+            expected.append(0.5 * (g[first] + g[last]))
+        np.testing.assert_array_equal(_most_consistent(grid, weight), expected)
+
+
 def test_without_noise_it_finds_the_quantile_as_halving_does():
     # every reading certain: the weighed search bisects too, on its grid
     t, f = _search(np.random.default_rng(0), True, sd=1e-9)
