@@ -328,7 +328,7 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     rows = np.full(d, float(n_public))
     if sparse_rows:
         upper = depending + DEPENDING_LOWER_SDS * count_sd   # above the depending rows but 2.3 % of the time
-        rows = np.where(upper <= SPARSE_FRACTION * n_public, np.clip(upper, 1.0, float(n_public)), rows)
+        rows = np.where(upper <= SPARSE_FRACTION * n_public, np.maximum(upper, 1.0), rows)
     scale = 1.0 / np.sqrt(rows * t / stats.chi2.ppf(1.0 - tail, 1))
     out = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
     return _held_to_widest_measured(out, at_floor, ~at_floor & np.isfinite(scale)), at_floor
