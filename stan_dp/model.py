@@ -110,6 +110,7 @@ class ZeroRowPart:
     _log_transformed: tuple[str, ...] | None = None
     _logit_transformed: tuple[str, ...] | None = None
     _ordered: dict[str, str] | None = None
+    _hierarchical: dict[str, str] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -232,6 +233,31 @@ class ZeroRowPart:
                     mask[j] = True
         return mask
 
+    @property
+    def hierarchical_locations(self) -> dict[str, str]:
+        """The program's centred hierarchical vectors, each with its location parameter
+        (``{"a": "mu_a"}`` for ``a ~ normal(mu_a, sigma_a)``; public: read from the program, never
+        the data; ``{}`` where it is unknown or unreadable;
+        :func:`stan_dp.stan_source.hierarchical_locations`)."""
+        self._bounded_parameters()
+        return dict(self._hierarchical or {})
+
+    @property
+    def hierarchical_directions(self) -> np.ndarray:
+        """One column per :attr:`hierarchical_locations` entry, shape ``(dim, G)``: 1 on the
+        vector's unconstrained coordinates and on its location's, 0 elsewhere (public: the program
+        and the compiled model's names).  Moving along a column shifts the vector and its location
+        together, which leaves their sampling statement unchanged (the private search's far phase
+        moves along it: :func:`stan_dp.adaptation.far.group_directions`).  No columns where the
+        names are not known or a vector has fewer than two elements."""
+        dim = int(getattr(self, "dim", 0) or 0)
+        cols = []
+        for vector, location in self.hierarchical_locations.items():
+            members, at = self._coordinates_of((vector,)), self._coordinates_of((location,))
+            if members.sum() >= 2 and at.sum() == 1:
+                cols.append((members | at).astype(float))
+        return np.column_stack(cols) if cols else np.zeros((dim, 0))
+
     def _unconstrained_names(self) -> list[str] | None:
         """BridgeStan's unconstrained coordinate names (``beta.2``), or None where unknown or not
         one per coordinate."""
@@ -260,21 +286,25 @@ class ZeroRowPart:
         """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
         from one reading of the program (cached)."""
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
-            from stan_dp.stan_source import (canonical_program, log_transformed_parameters,
-                                             logit_transformed_parameters, ordered_parameters)
+            from stan_dp.stan_source import (canonical_program, hierarchical_locations,
+                                             log_transformed_parameters, logit_transformed_parameters,
+                                             ordered_parameters)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
             ordered: dict[str, str] = {}
+            hierarchical: dict[str, str] = {}
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
                                                 self._stanc_args)
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                     ordered = ordered_parameters(program)
+                    hierarchical = hierarchical_locations(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
+            self._hierarchical = hierarchical
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

@@ -600,6 +600,53 @@ def log_transformed_parameters(program: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+_SAMPLED = re.compile(r"^(?P<x>\w+)\s*(?:\[[^\]]*\])?\s*~\s*(?P<family>\w+)\s*\((?P<args>.*)\)$", re.S)
+_TARGET = re.compile(r"^target\s*\+=\s*(?P<family>\w+)_lpdf\s*\(\s*(?P<x>\w+)\s*(?:\[[^\]]*\])?\s*"
+                     r"\|(?P<args>.*)\)$", re.S)
+LOCATION_ARGUMENT = {"normal": 0, "cauchy": 0, "double_exponential": 0, "logistic": 0, "gumbel": 0,
+                     "skew_normal": 0, "student_t": 1}
+"""Families whose argument at this position (after the variate) is a location parameter."""
+
+
+def hierarchical_locations(program: str) -> dict[str, str]:
+    """The centred hierarchical vectors of a canonical program: ``{vector: its location}``.
+
+    Reads the ``parameters`` and ``model`` blocks of a canonical program, never data.  A vector is
+    one declared ``vector[J] a`` (or ``array[J] real a``) without a constraint, whose sampling
+    statement in the ``model`` block is of a location family (:data:`LOCATION_ARGUMENT`) with
+    another parameter as its location, a scalar ``real`` without a constraint:
+    ``a ~ normal(mu_a, sigma_a)``, also element by element in a loop (``a[j] ~ ...``), as
+    ``student_t(nu, mu_a, s)`` or as ``target += normal_lpdf(a | mu_a, sigma_a)``.  Moving the
+    vector and its location together leaves that statement's value unchanged, so along that
+    direction only the rows (and the location's own prior) pull: it is the group's intercept,
+    the direction every row depends on (:func:`stan_dp.adaptation.far.group_directions`).
+    """
+    params = _declarations(program, "parameters")
+
+    def vector(name: str) -> bool:
+        decl = params.get(name, (None,))[0]
+        return decl is not None and not decl.constraint.strip() and decl.rank == 1 and (
+            decl.base == "vector" or (decl.base == "real" and len(decl.array_dims) == 1))
+
+    def scalar(name: str) -> bool:
+        decl = params.get(name, (None,))[0]
+        return decl is not None and not decl.constraint.strip() and decl.rank == 0 and decl.base == "real"
+
+    blocks = program_blocks(program)
+    found: dict[str, str] = {}
+    if "model" in blocks:
+        for stmt in _statements(program, *blocks["model"]):
+            m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+            if not m or m["family"] not in LOCATION_ARGUMENT:
+                continue
+            args = _split_top(m["args"])
+            at = LOCATION_ARGUMENT[m["family"]]
+            location = args[at] if len(args) > at else ""
+            if vector(m["x"]) and scalar(location) and location != m["x"]:
+                found.setdefault(m["x"], location)
+    return found
+
+
 ORDERED_TYPES = ("ordered", "positive_ordered")
 """Constrained vector types whose unconstrained coordinates are logarithms: an ``ordered`` vector's
 increments (``x_k = x_{k-1} + exp(u_k)`` for ``k > 1``; its first element is free) and every
