@@ -56,6 +56,11 @@ Riedmiller and Braun 1993, on released quantities):
    (:func:`holdable_coordinates`), whose median collapses the same way
    while a scale rises from far below its mode.
 
+5. A centred hierarchical vector (``a ~ normal(mu_a, sigma_a)``, read from the program) adds
+   one direction, every ``a_j`` and ``mu_a`` together (:func:`group_directions`): it is voted on,
+   scaled and stepped like a coordinate, and every row depends on it, where a group effect alone
+   depends on too few rows to pass the gate.
+
 The phase ends where no vote passes the gate — a few to a few tens of
 posterior sds from the mode — and the Newton rounds start there with a
 frame measured there.  Its plan (:func:`far_releases`, its share
@@ -78,9 +83,9 @@ from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "collapsed_moves", "far_multipliers", "far_releases",
-           "far_phase", "holdable_coordinates", "planned_far_share", "planned_first_median_boost",
-           "vote_noise_forecast"]
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "collapsed_moves", "far_multipliers",
+           "far_releases", "far_phase", "group_directions", "holdable_coordinates", "planned_far_share",
+           "planned_first_median_boost", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
 """Default number of far rounds (``AdaptationSettings.far_rounds``)."""
@@ -315,26 +320,69 @@ def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarra
             & (np.sign(rows_vote) == np.sign(moved)) & (np.abs(rows_vote) > gate))
 
 
-def _abs_gradient_rows(density: Any, theta: np.ndarray) -> np.ndarray:
-    """Per-row ``|d loglik_i / d theta|`` (shape ``(n, d)``), non-finite entries as ``+inf``."""
+def group_directions(density: Any, d: int) -> np.ndarray:
+    """The far phase's group directions (public): one column per centred hierarchical vector of the
+    program, shape ``(d, G)``.
+
+    The density's ``hierarchical_directions`` (:attr:`stan_dp.model.ZeroRowPart.
+    hierarchical_directions`, read from the program): for ``a ~ normal(mu_a, sigma_a)`` the
+    column is 1 on every element of ``a`` and on ``mu_a``, the direction that shifts the group
+    effects and their mean together, along which that statement does not change.  No columns
+    (``G = 0``) where the density declares none of shape ``(d, G)`` (a NumPy density, a model
+    without such a vector): the phase is then the same as without groups, release for release.
+
+    Why: each group effect depends on its own rows only (a county's 50 of 1,000), so its vote is
+    a count of about 50 against a count noise of about 50 at epsilon = 16, and its curvature scale
+    is at the floor: the far phase never moves it, and from the default start (every effect and
+    their mean at 0, the outcome's level about 1.4) the Newton rounds walked 10-16 posterior sds
+    at 0.2-0.4 sds a round (``radon``, 1,000 rows: 19-25 sds off in every run).  Every row
+    depends on the group's direction, so its vote, its median and its curvature scale are an
+    intercept's (docs/adaptation.md §3, "Far phase", step 6).
+    """
+    cols = getattr(density, "hierarchical_directions", None)
+    if cols is None:
+        return np.zeros((d, 0))
+    cols = np.asarray(cols, dtype=float)
+    return cols if cols.ndim == 2 and cols.shape[0] == d else np.zeros((d, 0))
+
+
+def _direction_gradients(density: Any, theta: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    """Per-row ``[g_i, U' g_i]`` (shape ``(n, d + G)``; ``U = groups``, ``(d, G)``, none by
+    default), ``g_i`` the row's log-likelihood gradient."""
     _, grads = density.row_log_lik_grad(theta)
-    g = np.abs(np.asarray(grads, dtype=float).reshape(-1, theta.size))
+    g = np.asarray(grads, dtype=float).reshape(-1, theta.size)
+    if groups is None or np.shape(groups)[1] == 0:
+        return g
+    with np.errstate(all="ignore"):
+        return np.hstack([g, g @ np.asarray(groups, dtype=float)])
+
+
+def _abs_gradient_rows(density: Any, theta: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """Per-row ``|[g_i, U' g_i]|`` (:func:`_direction_gradients`), non-finite entries as ``+inf``."""
+    g = np.abs(_direction_gradients(density, theta, groups))
     return np.where(np.isnan(g), np.inf, g)
 
 
-def _vote_rows(density: Any, theta: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Per-row ``clip(g_i / bounds, -1, 1)`` (shape ``(n, d)``; NaN entries 0): L2 norm at most ``sqrt(d)``."""
-    _, grads = density.row_log_lik_grad(theta)
+def _vote_rows(density: Any, theta: np.ndarray, bounds: np.ndarray,
+               groups: np.ndarray | None = None) -> np.ndarray:
+    """Per-row ``clip([g_i, U' g_i] / bounds, -1, 1)`` (shape ``(n, k)``, ``k = d + G``; NaN
+    entries 0): L2 norm at most ``sqrt(k)``."""
     with np.errstate(all="ignore"):
-        v = np.clip(np.asarray(grads, dtype=float).reshape(-1, theta.size) / bounds, -1.0, 1.0)
+        v = np.clip(_direction_gradients(density, theta, groups) / bounds, -1.0, 1.0)
     return np.where(np.isnan(v), 0.0, v)
 
 
 def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndarray, moving: np.ndarray,
               n_public: int, rounds: int, multipliers: dict[str, float], max_step: float,
-              rng_noise: np.random.Generator, ledger: Ledger,
+              rng_noise: np.random.Generator, ledger: Ledger, groups: np.ndarray | None = None,
               on_round: Callable[[dict[str, Any]], None] | None = None) -> list[np.ndarray]:
     """Run the far rounds from ``theta``; return the points visited after it (post-processing).
+
+    The phase moves along ``k = d + G`` directions: the ``d`` coordinates, then the ``G`` columns
+    of ``groups`` (:func:`group_directions`; each moves its coordinates together).  Each direction
+    has its own median, vote and step, read from released sums over its per-row values
+    (``[g_i, U' g_i]``, :func:`_direction_gradients`), and a round's move along the directions
+    ``m`` moves the point by ``B m``, ``B = [I | U]``.
 
     Parameters
     ----------
@@ -345,18 +393,25 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     theta : ndarray
         Start (unconstrained, data-independent).
     local_sd : ndarray
-        ``a_j``: the released curvature scale at the start (``1 / sqrt(n c_j)``).
+        ``a_j``: the released curvature scale at the start (``1 / sqrt(n c_j)``), per direction.
     moving : ndarray of bool
-        Coordinates the rows depend on (their scale was found); the others stay.
+        Directions that may move (their scale was found); the others stay.
     multipliers : dict
         :func:`far_multipliers` of the phase's budget.
     max_step : float
         Public cap on any coordinate's move in one round.
+    groups : ndarray, optional
+        ``U``, shape ``(d, G)`` (public; default none).
     on_round : callable, optional
         Called with each round's released quantities (for traces).
     """
-    d = theta.size
     theta = np.array(theta, dtype=float)
+    u = np.zeros((theta.size, 0)) if groups is None else np.asarray(groups, dtype=float)
+    d = theta.size + u.shape[1]   # the directions
+
+    def along(m: np.ndarray) -> np.ndarray:   # B m: the point's move for moves m along the directions
+        return m[:theta.size] + u @ m[theta.size:] if u.shape[1] else m
+
     moving = np.asarray(moving, dtype=bool)
     sqrt_d = math.sqrt(d)
     step = np.zeros(d)
@@ -366,10 +421,12 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     repeated = np.zeros(d, dtype=bool)   # and whether it was not its first (a Newton step)
     left_median = np.zeros(d)  # log2 of the median where that move began
     held = np.zeros(d, dtype=bool)   # taken back after a collapse (step 4): stays for the phase
-    holdable = holdable_coordinates(density, d)   # public: the others are never taken back
+    holdable = holdable_coordinates(density, theta.size)   # public: the others are never taken back
+    holdable = np.concatenate([holdable, [bool(holdable[col > 0].all()) for col in u.T]]).astype(bool)
+    stat_args = (u,) if u.shape[1] else ()
     points = []
     for k in range(rounds):
-        stat = holder.row_statistic(_abs_gradient_rows, theta)
+        stat = holder.row_statistic(_abs_gradient_rows, theta, *stat_args)
         if log2_median is None:
             b, _ = private_quantiles(rng_noise, RowColumns(holder, stat, 0, d), tail=0.5, n_public=n_public,
                                      rounds=FIRST_MEDIAN_ROUNDS, noise_multiplier=multipliers["far first median"],
@@ -382,7 +439,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
                                      log2_range=window)
         del stat
         log2_median = np.clip(np.log2(b), *LOG2_RANGE)
-        stat = holder.row_statistic(_vote_rows, theta, b)
+        stat = holder.row_statistic(_vote_rows, theta, b, *stat_args)
         v, _ = clipped_vector_sum(rng_noise, RowColumns(holder, stat, 0, d), sqrt_d, multipliers["far vote"],
                                   ledger, f"far vote sum, round {k}")
         del stat
@@ -392,10 +449,13 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         collapsed = collapsed_moves(moved, repeated, holdable, left_median, log2_median, v, gate)
         if collapsed.any():   # step 4: take the move back, and stay (the others did not move last
             # round, so their votes, released at the point the move reached, are read as they are)
-            theta = np.where(collapsed, theta - moved, theta)
+            theta = theta - along(np.where(collapsed, moved, 0.0))
             log2_median = np.where(collapsed, left_median, log2_median)   # the next search's window
             held |= collapsed
         _, pg = prior_gradient(density, theta)
+        if u.shape[1]:
+            with np.errstate(all="ignore"):
+                pg = np.concatenate([pg, pg @ u])
         with np.errstate(all="ignore"):
             vote = v + np.clip(np.where(np.isfinite(pg), pg, 0.0) / b, -n_public, n_public)
         significant = moving & ~held & (np.abs(vote) > gate)
@@ -412,7 +472,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         moved = move
         repeated = ~first
         left_median = log2_median.copy()
-        theta = theta + move
+        theta = theta + along(move)
         points.append(theta.copy())
         if on_round is not None:
             on_round({"theta": theta.copy(), "vote": vote, "vote_sd": sd, "step": step.copy(), "far": True,

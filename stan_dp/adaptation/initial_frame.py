@@ -246,7 +246,7 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
 
 def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
                    rng_noise: np.random.Generator, ledger: Ledger, what: str,
-                   sparse_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   sparse_rows: bool = False, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The local sd of every coordinate at ``theta`` from a private upper quantile of the per-row
     curvatures (step 1 of :func:`private_mode`), and the coordinates no significant number of rows
     depends on (their scale is 1).
@@ -290,12 +290,22 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     do not depend on the coordinate (curvature ~0; a frame up to the scale's
     clip, 1e3, and in an ordered logistic regression a first step of 1e6
     along its top cut point's log increment).
+
+    With ``groups`` (``(d, G)``, the far phase's :func:`~stan_dp.adaptation.far.group_directions`)
+    the same releases cover ``d + G`` directions, the coordinates and then the columns of
+    ``groups`` (the curvature along each column, its own count and quantile): the results have
+    ``d + G`` entries.
     """
-    d = theta.size
     # Per-row values are computed and kept where the rows live (in this
     # process, or on the workers of a sharded model); only counts and clipped
     # sums of them come back, through the mechanisms of releases.py.
-    curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
+    if groups is not None and np.shape(groups)[1]:   # the axes, then the far phase's group directions
+        d = theta.size + np.shape(groups)[1]
+        directions = np.hstack([np.eye(theta.size), np.asarray(groups, dtype=float)])
+        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, directions)
+    else:
+        d = theta.size
+        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
     cols = RowColumns(holder, curv_stat, 0, d)
     depending = noisy_counts(rng_noise, cols, np.full(d, 2.0 ** LOG2_RANGE[0]), z, ledger,
                              f"{what}, rows depending")

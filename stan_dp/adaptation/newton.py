@@ -109,7 +109,7 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
                                           centred_coordinates, log_coordinates, logit_coordinates,
                                           prior_neg_hessian)
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
-from stan_dp.adaptation.far import far_phase
+from stan_dp.adaptation.far import far_phase, group_directions
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame
@@ -267,11 +267,12 @@ def private_mode(
     logs = log_coordinates(density, d)   # public: read from the program (LOG_STEP_MAX)
     far_points: list[np.ndarray] = []
     if s.far_rounds:
+        groups = group_directions(density, d)   # public: read from the program
         far_scale, far_floor = _initial_scale(holder, theta, n_public, s, zs["far scale"], rng_noise, ledger,
-                                              "far scale count")
+                                              "far scale count", groups=groups)
         far_points = far_phase(holder, density, theta, local_sd=far_scale, moving=~far_floor,
                                n_public=n_public, rounds=s.far_rounds, multipliers=zs,
-                               max_step=s.max_step, rng_noise=rng_noise, ledger=ledger,
+                               max_step=s.max_step, rng_noise=rng_noise, ledger=ledger, groups=groups,
                                on_round=None if trace is None else trace.append)
         theta = far_points[-1].copy()
     scale, at_floor = _initial_scale(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
