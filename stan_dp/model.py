@@ -243,20 +243,18 @@ class ZeroRowPart:
         return dict(self._hierarchical or {})
 
     @property
-    def hierarchical_directions(self) -> np.ndarray:
-        """One column per :attr:`hierarchical_locations` entry, shape ``(dim, G)``: 1 on the
-        vector's unconstrained coordinates and on its location's, 0 elsewhere (public: the program
-        and the compiled model's names).  Moving along a column shifts the vector and its location
-        together, which leaves their sampling statement unchanged (the private search's far phase
-        moves along it: :func:`stan_dp.adaptation.far.group_directions`).  No columns where the
-        names are not known or a vector has fewer than two elements."""
-        dim = int(getattr(self, "dim", 0) or 0)
-        cols = []
+    def hierarchical_coordinates(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """Per :attr:`hierarchical_locations` entry, ``(its vector's unconstrained coordinates, its
+        location's coordinate)`` (public: the program and the compiled model's names).  Moving
+        them all by the same amount leaves their sampling statement unchanged; the private search
+        moves along that direction (:mod:`stan_dp.adaptation.groups`).  Empty where the names are
+        not known, and without a vector of fewer than two elements."""
+        out = []
         for vector, location in self.hierarchical_locations.items():
             members, at = self._coordinates_of((vector,)), self._coordinates_of((location,))
             if members.sum() >= 2 and at.sum() == 1:
-                cols.append((members | at).astype(float))
-        return np.column_stack(cols) if cols else np.zeros((dim, 0))
+                out.append((tuple(int(j) for j in np.flatnonzero(members)), int(np.flatnonzero(at)[0])))
+        return tuple(out)
 
     def _unconstrained_names(self) -> list[str] | None:
         """BridgeStan's unconstrained coordinate names (``beta.2``), or None where unknown or not

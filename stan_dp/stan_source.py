@@ -619,7 +619,7 @@ def hierarchical_locations(program: str) -> dict[str, str]:
     ``student_t(nu, mu_a, s)`` or as ``target += normal_lpdf(a | mu_a, sigma_a)``.  Moving the
     vector and its location together leaves that statement's value unchanged, so along that
     direction only the rows (and the location's own prior) pull: it is the group's intercept,
-    the direction every row depends on (:func:`stan_dp.adaptation.far.group_directions`).
+    the direction every row depends on (:mod:`stan_dp.adaptation.groups`).
     """
     params = _declarations(program, "parameters")
 

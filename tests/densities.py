@@ -370,7 +370,7 @@ class CentredGroups:
     """``y_i ~ N(a[g_i], 1)``, ``a_j ~ N(mu, 1)``, ``mu ~ N(0, 10^2)``: a centred varying intercept
     with known scales, so the posterior is exactly Gaussian (:meth:`exact`).  Coordinates
     ``a.1 .. a.J, mu``; with ``groups`` it declares, as a compiled model reads from its program,
-    the direction that moves every ``a_j`` and ``mu`` together (``hierarchical_directions``)."""
+    its group (``hierarchical_coordinates``: the ``a_j`` and their location ``mu``)."""
 
     def __init__(self, y: np.ndarray, g: np.ndarray, groups: bool = True) -> None:
         self.y, self.g = np.asarray(y, float), np.asarray(g, int)
@@ -378,7 +378,7 @@ class CentredGroups:
         self.n_rows, self.dim = int(self.y.size), self.J + 1
         self.param_names = [f"a.{j + 1}" for j in range(self.J)] + ["mu"]
         if groups:
-            self.hierarchical_directions = np.ones((self.dim, 1))
+            self.hierarchical_coordinates = ((tuple(range(self.J)), self.J),)
 
     def log_prior(self, theta: np.ndarray) -> float:
         a, mu = theta[:-1], theta[-1]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import stan_dp
-from stan_dp.adaptation import far, newton
+from stan_dp.adaptation import far, groups, newton
 from stan_dp.adaptation.forecast import pld_mean_budget
 from stan_dp.adaptation.plan import AdaptationSettings, adaptation_releases
 from stan_dp.stan_source import hierarchical_locations
@@ -63,22 +63,31 @@ def test_a_compiled_models_group_direction_is_its_vector_and_its_location(compil
     data = {"N": 50, "J": 4, "g": rng.integers(1, 5, size=50), "y": rng.normal(size=50)}
     model = stan_dp.RowModel(compiled(path), data)
     assert model.hierarchical_locations == {"a": "mu"}
-    cols = model.hierarchical_directions
-    assert cols.shape == (model.dim, 1)
     names = model.param_names   # mu, tau, a.1 .. a.4, sigma: constrained names line up here
+    members = tuple(j for j, n in enumerate(names) if n.startswith("a."))
+    assert model.hierarchical_coordinates == ((members, names.index("mu")),)
+    cols = groups.group_directions(groups.group_locations(model, model.dim), model.dim)
     expected = [1.0 if (n == "mu" or n.startswith("a.")) else 0.0 for n in names]
-    np.testing.assert_array_equal(cols[:, 0], expected)
-    np.testing.assert_array_equal(far.group_directions(model, model.dim), cols)
+    np.testing.assert_array_equal(cols, np.array(expected)[:, None])
 
 
-def test_a_density_without_groups_gets_none():
+def test_a_density_without_groups_or_with_malformed_ones_gets_none():
     class Plain:
         dim = 3
 
-    assert far.group_directions(Plain(), 3).shape == (3, 0)
-    wrong = Plain()
-    wrong.hierarchical_directions = np.ones((2, 1))   # not one row per coordinate: ignored
-    assert far.group_directions(wrong, 3).shape == (3, 0)
+    assert groups.group_locations(Plain(), 3) == []
+    assert groups.group_directions([], 3).shape == (3, 0)
+    for declared in [((0, 1), 5), ((0,), 2), ((0, 1), 1), ((0, 0), 2)]:
+        # out of range, one element, the location among them, a repeated element
+        bad = Plain()
+        bad.hierarchical_coordinates = (declared,)
+        assert groups.group_locations(bad, 3) == [], declared
+    good = Plain()
+    good.hierarchical_coordinates = (((0, 2), 1),)
+    np.testing.assert_array_equal(groups.group_directions(groups.group_locations(good, 3), 3),
+                                  [[1.0], [1.0], [1.0]])
+    (mask, loc), = groups.group_locations(good, 3)
+    assert mask.tolist() == [True, False, True] and loc == 1
 
 
 def test_vote_rows_along_a_group_are_its_summed_gradient_clipped_at_its_own_median():
@@ -134,8 +143,9 @@ def test_the_group_moves_where_its_coordinates_could_not():
     the count noise (sd about 50) and under the gate (0.35 n), so without the group's direction the
     far phase leaves every ``a_j`` and ``mu`` exactly where they started, 14.8 posterior sds off.
     Along it (measured, seeds 1-3) the phase ends 5.2-7.6 sds off (what is left is mostly the
-    groups' differences, which one common move cannot make), and the whole search 1.9-5.2 sds off
-    where it was 7.9-11.3."""
+    groups' differences, which one common move cannot make), and the whole search, with the
+    grouped frame after it, 2.1-3.1 sds off where it was 7.9-11.3 (seeds 1-8: 1.2-4.0 against
+    4.4-14.6; the far phase's move alone, 1.0-6.2)."""
     y, g = _groups_data(1000)
     pld = pld_mean_budget(16.0, 1e-5)
     mean, cov = CentredGroups(y, g).exact()
@@ -174,6 +184,37 @@ def test_the_ledger_with_a_group_direction_makes_the_planned_releases_over_d_plu
     for e in far_entries:
         expected = 2.0 * math.sqrt(k) if e.what.startswith("far vote sum") else math.sqrt(k)
         assert math.isclose(e.sensitivity, expected), e
-    # the rounds after the far phase are over the d coordinates as before
-    assert all(math.isclose(e.sensitivity, math.sqrt(model.dim))
-               for e in result.ledger.entries if e.what.startswith("scale count"))
+    # the Newton rounds' initial scale is over the d + G directions too (the grouped frame's scale)
+    scale = [e for e in result.ledger.entries if e.what.startswith("scale count")]
+    assert scale and all(math.isclose(e.sensitivity, math.sqrt(k)) for e in scale)
+
+
+def test_the_grouped_frame_puts_the_groups_direction_in_its_locations_column_only_where_it_helps():
+    """``grouped_frame``: column ``l`` (the location's) becomes ``u s_u`` where the group's scale was
+    found, some element's was not, and the location's column is still its own axis; the frame is
+    otherwise unchanged, and it stays invertible (``u`` holds the location's axis)."""
+    d = 5
+    frame = np.diag([0.1, 0.2, 0.3, 2.0, 0.5])
+    declared = [(np.array([True, True, True, False, False]), 3)]   # elements 0-2, location 3
+    at_floor = np.array([False, True, False, True, False])
+    out = groups.grouped_frame(frame, declared, np.array([0.05]), np.array([False]), at_floor)
+    expected = frame.copy()
+    expected[:, 3] = [0.05, 0.05, 0.05, 0.05, 0.0]
+    np.testing.assert_array_equal(out, expected)
+    assert abs(np.linalg.det(out)) > 0
+    np.testing.assert_array_equal(frame, np.diag([0.1, 0.2, 0.3, 2.0, 0.5]))   # not mutated
+    # every element scaled on its own: left as it was
+    kept = groups.grouped_frame(frame, declared, np.array([0.05]), np.array([False]),
+                                np.array([False, False, False, True, False]))
+    np.testing.assert_array_equal(kept, frame)
+    # the group's own scale not found: left
+    np.testing.assert_array_equal(
+        groups.grouped_frame(frame, declared, np.array([0.05]), np.array([True]), at_floor), frame)
+    # the orientation turned the location's column: left
+    turned = frame.copy()
+    turned[4, 3] = 0.7
+    np.testing.assert_array_equal(
+        groups.grouped_frame(turned, declared, np.array([0.05]), np.array([False]), at_floor), turned)
+    # no groups: the same frame
+    np.testing.assert_array_equal(groups.grouped_frame(frame, [], np.zeros(0), np.zeros(0, bool), at_floor),
+                                  frame)

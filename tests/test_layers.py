@@ -150,10 +150,11 @@ def test_old_names_still_work():
     bar.close()
 
 
-RELEASE_FREE = [PACKAGE / "adaptation" / f"{name}.py" for name in ("plan", "curvature", "pooling", "result")]
+RELEASE_FREE = [PACKAGE / "adaptation" / f"{name}.py"
+                for name in ("plan", "curvature", "pooling", "result", "groups")]
 """Parts of the mode search that make no release: the plan is fixed from public facts before a row
-is read, a round's frame algebra and the pooling are post-processing of released values, and the
-result only holds them.  Every release is made in ``newton.py``, ``initial_frame.py``, ``far.py`` or
+is read, a round's frame algebra, the pooling and a hierarchical group's directions and frame are
+post-processing of the program and of released values, and the result only holds them.  Every release is made in ``newton.py``, ``initial_frame.py``, ``far.py`` or
 ``quantile.py``, through the mechanisms of ``releases.py``."""
 
 RELEASE_MAKERS = {"noisy_counts", "clipped_vector_sum", "clipped_matrix_sum", "private_quantiles",

@@ -4,6 +4,8 @@
 * :mod:`.releases` — the adaptation's Gaussian mechanisms and their ledger;
 * :mod:`.quantile` — private per-coordinate quantiles by binary search on noisy counts;
 * :mod:`.far` — the far phase: sign-led steps from a start far from the posterior;
+* :mod:`.groups` — a centred hierarchical group's direction (its elements and their location
+  together), for the far phase and the first frame;
 * :mod:`.plan` — the search's settings and every release it will make, from public facts;
 * :mod:`.initial_frame` — the search's starting frame: private scales, a turn along a ridge;
 * :mod:`.curvature` — per-row curvature in the frame and one round's frame algebra;

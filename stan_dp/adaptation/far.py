@@ -57,7 +57,8 @@ Riedmiller and Braun 1993, on released quantities):
    while a scale rises from far below its mode.
 
 5. A centred hierarchical vector (``a ~ normal(mu_a, sigma_a)``, read from the program) adds
-   one direction, every ``a_j`` and ``mu_a`` together (:func:`group_directions`): it is voted on,
+   one direction, every ``a_j`` and ``mu_a`` together
+   (:func:`~stan_dp.adaptation.groups.group_directions`): it is voted on,
    scaled and stepped like a coordinate, and every row depends on it, where a group effect alone
    depends on too few rows to pass the gate.
 
@@ -84,7 +85,7 @@ from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
 __all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "collapsed_moves", "far_multipliers",
-           "far_releases", "far_phase", "group_directions", "holdable_coordinates", "planned_far_share",
+           "far_releases", "far_phase", "holdable_coordinates", "planned_far_share",
            "planned_first_median_boost", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
@@ -320,32 +321,6 @@ def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarra
             & (np.sign(rows_vote) == np.sign(moved)) & (np.abs(rows_vote) > gate))
 
 
-def group_directions(density: Any, d: int) -> np.ndarray:
-    """The far phase's group directions (public): one column per centred hierarchical vector of the
-    program, shape ``(d, G)``.
-
-    The density's ``hierarchical_directions`` (:attr:`stan_dp.model.ZeroRowPart.
-    hierarchical_directions`, read from the program): for ``a ~ normal(mu_a, sigma_a)`` the
-    column is 1 on every element of ``a`` and on ``mu_a``, the direction that shifts the group
-    effects and their mean together, along which that statement does not change.  No columns
-    (``G = 0``) where the density declares none of shape ``(d, G)`` (a NumPy density, a model
-    without such a vector): the phase is then the same as without groups, release for release.
-
-    Why: each group effect depends on its own rows only (a county's 50 of 1,000), so its vote is
-    a count of about 50 against a count noise of about 50 at epsilon = 16, and its curvature scale
-    is at the floor: the far phase never moves it, and from the default start (every effect and
-    their mean at 0, the outcome's level about 1.4) the Newton rounds walked 10-16 posterior sds
-    at 0.2-0.4 sds a round (``radon``, 1,000 rows: 19-25 sds off in every run).  Every row
-    depends on the group's direction, so its vote, its median and its curvature scale are an
-    intercept's (docs/adaptation.md §3, "Far phase", step 6).
-    """
-    cols = getattr(density, "hierarchical_directions", None)
-    if cols is None:
-        return np.zeros((d, 0))
-    cols = np.asarray(cols, dtype=float)
-    return cols if cols.ndim == 2 and cols.shape[0] == d else np.zeros((d, 0))
-
-
 def _direction_gradients(density: Any, theta: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
     """Per-row ``[g_i, U' g_i]`` (shape ``(n, d + G)``; ``U = groups``, ``(d, G)``, none by
     default), ``g_i`` the row's log-likelihood gradient."""
@@ -379,7 +354,8 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     """Run the far rounds from ``theta``; return the points visited after it (post-processing).
 
     The phase moves along ``k = d + G`` directions: the ``d`` coordinates, then the ``G`` columns
-    of ``groups`` (:func:`group_directions`; each moves its coordinates together).  Each direction
+    of ``groups`` (:func:`~stan_dp.adaptation.groups.group_directions`; each moves its coordinates
+    together).  Each direction
     has its own median, vote and step, read from released sums over its per-row values
     (``[g_i, U' g_i]``, :func:`_direction_gradients`), and a round's move along the directions
     ``m`` moves the point by ``B m``, ``B = [I | U]``.

@@ -291,7 +291,7 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     clip, 1e3, and in an ordered logistic regression a first step of 1e6
     along its top cut point's log increment).
 
-    With ``groups`` (``(d, G)``, the far phase's :func:`~stan_dp.adaptation.far.group_directions`)
+    With ``groups`` (``(d, G)``, :func:`~stan_dp.adaptation.groups.group_directions`)
     the same releases cover ``d + G`` directions, the coordinates and then the columns of
     ``groups`` (the curvature along each column, its own count and quantile): the results have
     ``d + G`` entries.

@@ -109,7 +109,8 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
                                           centred_coordinates, log_coordinates, logit_coordinates,
                                           prior_neg_hessian)
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
-from stan_dp.adaptation.far import far_phase, group_directions
+from stan_dp.adaptation.far import far_phase
+from stan_dp.adaptation.groups import group_directions, group_locations, grouped_frame
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame
@@ -266,8 +267,9 @@ def private_mode(
     bounded = logit_coordinates(density, d)   # public: read from the program
     logs = log_coordinates(density, d)   # public: read from the program (LOG_STEP_MAX)
     far_points: list[np.ndarray] = []
+    declared = group_locations(density, d)   # public: read from the program (none: as before)
+    groups = group_directions(declared, d)
     if s.far_rounds:
-        groups = group_directions(density, d)   # public: read from the program
         far_scale, far_floor = _initial_scale(holder, theta, n_public, s, zs["far scale"], rng_noise, ledger,
                                               "far scale count", groups=groups)
         far_points = far_phase(holder, density, theta, local_sd=far_scale, moving=~far_floor,
@@ -276,13 +278,15 @@ def private_mode(
                                on_round=None if trace is None else trace.append)
         theta = far_points[-1].copy()
     scale, at_floor = _initial_scale(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
-                                     sparse_rows=True)
+                                     sparse_rows=True, groups=groups)
+    group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
     frame = np.diag(scale)
     turned = False
     if s.orient:
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates, n_public, s,
                                         zs["orientation"], zs["direction"], rng_noise, ledger)
+    frame = grouped_frame(frame, declared, group_scale, group_at_floor, at_floor)
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
