@@ -40,6 +40,8 @@ with data simulated on their own scales (no standardising), through
   non-centred parametrisation (``mu + tau * z[g]``, ``z ~ std_normal()``, ``tau ~ normal(0, 2)``)
   and a predictor around 30: its posterior is far from Gaussian in ``tau`` (the skew check,
   docs/adaptation.md §5).
+* ``hierarchical-centred``: the same rows over 20 groups, centred (``a ~ normal(mu, tau)``,
+  ``y ~ bernoulli_logit(a[g] + b * x)``).
 
 For every run it prints the worst |mean error| in reference sds (and which
 parameter), the information floor and target of issue 13
@@ -274,6 +276,21 @@ def hierarchical(n: int, rng: np.random.Generator, groups: int = 8) -> dict:
     return {"N": n, "J": groups, "g": g.astype(int), "x": x, "y": rng.binomial(1, p).astype(int)}
 
 
+HIERARCHICAL_CENTRED = """
+data { int<lower=0> N; int<lower=1> J; array[N] int<lower=1, upper=J> g; vector[N] x;
+       array[N] int<lower=0, upper=1> y; }
+parameters { real mu; real<lower=0> tau; vector[J] a; real b; }
+model {
+  mu ~ normal(0, 5); tau ~ normal(0, 2); a ~ normal(mu, tau); b ~ normal(0, 5);
+  y ~ bernoulli_logit(a[g] + b * x);
+}
+"""
+
+
+def hierarchical_centred(n: int, rng: np.random.Generator) -> dict:
+    return hierarchical(n, rng, groups=20)
+
+
 ZIP = """
 data { int<lower=0> N; vector[N] income; array[N] int<lower=0> y; }
 parameters { real<lower=0, upper=1> theta; real a; real b; }
@@ -384,6 +401,9 @@ MODELS = {   # name: (Stan program, data generator, the published data set's row
     "earnings-uniform": (EARNINGS_UNIFORM, earnings, 1059),
     # a varying intercept in the non-centred parametrisation (posterior far from Gaussian)
     "hierarchical": (HIERARCHICAL, hierarchical, 3000),
+    # the centred parametrisation over 20 groups (a ~ normal(mu, tau)): each group's effect
+    # depends on its own rows, about 5 % of them (as radon's counties)
+    "hierarchical-centred": (HIERARCHICAL_CENTRED, hierarchical_centred, 3000),
     # other parameter types and likelihoods: a probability in a mixture, a Cholesky factor of a
     # correlation matrix, a simplex, an interaction of two unscaled predictors, censoring
     "zip": (ZIP, zip_poisson, 1000),

@@ -192,29 +192,33 @@ def test_the_ledger_with_a_group_direction_makes_the_planned_releases_over_d_plu
 def test_the_grouped_frame_puts_the_groups_direction_in_its_locations_column_only_where_it_helps():
     """``grouped_frame``: column ``l`` (the location's) becomes ``u s_u`` where the group's scale was
     found, some element's was not, and the location's column is still its own axis; the frame is
-    otherwise unchanged, and it stays invertible (``u`` holds the location's axis)."""
+    otherwise unchanged, it stays invertible (``u`` holds the location's axis), and the replaced
+    column is flagged (the orientation may turn it)."""
     d = 5
     frame = np.diag([0.1, 0.2, 0.3, 2.0, 0.5])
     declared = [(np.array([True, True, True, False, False]), 3)]   # elements 0-2, location 3
     at_floor = np.array([False, True, False, True, False])
-    out = groups.grouped_frame(frame, declared, np.array([0.05]), np.array([False]), at_floor)
+    none = np.zeros(d, dtype=bool)
+    out, grouped = groups.grouped_frame(frame, declared, np.array([0.05]), np.array([False]), at_floor)
     expected = frame.copy()
     expected[:, 3] = [0.05, 0.05, 0.05, 0.05, 0.0]
     np.testing.assert_array_equal(out, expected)
+    assert grouped.tolist() == [False, False, False, True, False]
     assert abs(np.linalg.det(out)) > 0
     np.testing.assert_array_equal(frame, np.diag([0.1, 0.2, 0.3, 2.0, 0.5]))   # not mutated
-    # every element scaled on its own: left as it was
-    kept = groups.grouped_frame(frame, declared, np.array([0.05]), np.array([False]),
-                                np.array([False, False, False, True, False]))
-    np.testing.assert_array_equal(kept, frame)
-    # the group's own scale not found: left
-    np.testing.assert_array_equal(
-        groups.grouped_frame(frame, declared, np.array([0.05]), np.array([True]), at_floor), frame)
-    # the orientation turned the location's column: left
+    cases = [
+        # every element scaled on its own
+        (frame, np.array([False]), np.array([False, False, False, True, False])),
+        # the group's own scale not found
+        (frame, np.array([True]), at_floor),
+    ]
     turned = frame.copy()
-    turned[4, 3] = 0.7
-    np.testing.assert_array_equal(
-        groups.grouped_frame(turned, declared, np.array([0.05]), np.array([False]), at_floor), turned)
-    # no groups: the same frame
-    np.testing.assert_array_equal(groups.grouped_frame(frame, [], np.zeros(0), np.zeros(0, bool), at_floor),
-                                  frame)
+    turned[4, 3] = 0.7   # the location's column is not its own axis
+    cases.append((turned, np.array([False]), at_floor))
+    for start, group_floor, floor in cases:
+        kept, grouped = groups.grouped_frame(start, declared, np.array([0.05]), group_floor, floor)
+        np.testing.assert_array_equal(kept, start)
+        np.testing.assert_array_equal(grouped, none)
+    kept, grouped = groups.grouped_frame(frame, [], np.zeros(0), np.zeros(0, bool), at_floor)
+    np.testing.assert_array_equal(kept, frame)
+    np.testing.assert_array_equal(grouped, none)

@@ -52,7 +52,7 @@ def group_directions(groups: list[tuple[np.ndarray, int]], d: int) -> np.ndarray
 
 
 def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group_scale: np.ndarray,
-                  group_at_floor: np.ndarray, at_floor: np.ndarray) -> np.ndarray:
+                  group_at_floor: np.ndarray, at_floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The initial frame with each group's direction, scaled, in place of its location's axis.
 
     Parameters
@@ -70,13 +70,16 @@ def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group
 
     Returns
     -------
-    ndarray
+    frame : ndarray
         ``frame`` with column ``l`` (the location's) replaced by ``u s_u`` (``u`` the group's
         direction, ``s_u`` its released scale) for each group whose scale was found, some of whose
-        elements' scales were not, and whose location's column is still its own axis (the
-        orientation did not turn it).  The columns still span the space (``u`` has the
-        location's axis in it, and the elements' axes are kept).  Post-processing of released
-        values.
+        elements' scales were not, and whose location's column is still its own axis.  The
+        columns still span the space (``u`` has the location's axis in it, and the elements'
+        axes are kept).  Post-processing of released values.
+    grouped : ndarray of bool, shape (d,)
+        The columns replaced: the rows depend on them (the orientation that follows,
+        :func:`~stan_dp.adaptation.initial_frame._oriented_frame`, counts them among the
+        directions it may turn).
 
     Why: an element at the floor keeps the widest measured scale, a placeholder, and its
     curvature is below the rounds' release noise, so they step along it at the floor's pace;
@@ -90,6 +93,7 @@ def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group
     """
     out = np.array(frame, dtype=float, copy=True)
     d = out.shape[0]
+    grouped = np.zeros(d, dtype=bool)
     for g, (members, loc) in enumerate(groups):
         axis = out[:, loc]
         own_axis = np.count_nonzero(axis) == 1 and axis[loc] != 0.0
@@ -97,4 +101,5 @@ def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group
         if not (scaled and own_axis and at_floor[members].any()):
             continue
         out[:, loc] = (members | (np.arange(d) == loc)).astype(float) * float(group_scale[g])
-    return out
+        grouped[loc] = True
+    return out, grouped

@@ -281,12 +281,14 @@ def private_mode(
                                      sparse_rows=True, groups=groups)
     group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
-    frame = np.diag(scale)
+    # a group's direction in its location's column, where its elements have no scale; the
+    # orientation then sees that column as one the rows depend on (a ridge with a slope on an
+    # unscaled predictor turns there as an intercept's would)
+    frame, grouped = grouped_frame(np.diag(scale), declared, group_scale, group_at_floor, at_floor)
     turned = False
     if s.orient:
-        frame, turned = _oriented_frame(holder, theta, frame, data_coordinates, n_public, s,
+        frame, turned = _oriented_frame(holder, theta, frame, data_coordinates | grouped, n_public, s,
                                         zs["orientation"], zs["direction"], rng_noise, ledger)
-    frame = grouped_frame(frame, declared, group_scale, group_at_floor, at_floor)
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
