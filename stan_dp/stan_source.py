@@ -601,7 +601,7 @@ def log_transformed_parameters(program: str) -> tuple[str, ...]:
 
 
 _SAMPLED = re.compile(r"^(?P<x>\w+)\s*(?:\[[^\]]*\])?\s*~\s*(?P<family>\w+)\s*\((?P<args>.*)\)$", re.S)
-_TARGET = re.compile(r"^target\s*\+=\s*(?P<family>\w+)_lpdf\s*\(\s*(?P<x>\w+)\s*(?:\[[^\]]*\])?\s*"
+_TARGET = re.compile(r"^target\s*\+=\s*(?P<family>\w+?)_lu?pdf\s*\(\s*(?P<x>\w+)\s*(?:\[[^\]]*\])?\s*"
                      r"\|(?P<args>.*)\)$", re.S)
 LOCATION_ARGUMENT = {"normal": 0, "cauchy": 0, "double_exponential": 0, "logistic": 0, "gumbel": 0,
                      "skew_normal": 0, "student_t": 1}
@@ -616,10 +616,10 @@ def hierarchical_locations(program: str) -> dict[str, str]:
     statement in the ``model`` block is of a location family (:data:`LOCATION_ARGUMENT`) with
     another parameter as its location, a scalar ``real`` without a constraint:
     ``a ~ normal(mu_a, sigma_a)``, also element by element in a loop (``a[j] ~ ...``), as
-    ``student_t(nu, mu_a, s)`` or as ``target += normal_lpdf(a | mu_a, sigma_a)``.  Moving the
-    vector and its location together leaves that statement's value unchanged, so along that
-    direction only the rows (and the location's own prior) pull: it is the group's intercept,
-    the direction every row depends on (:mod:`stan_dp.adaptation.groups`).
+    ``student_t(nu, mu_a, s)`` or as ``target += normal_lpdf(a | mu_a, sigma_a)`` (or ``_lupdf``).
+    Moving the vector and its location together leaves that statement's value unchanged, so along
+    that direction only the rows (and the location's own prior) pull: it is the group's
+    intercept, the direction every row depends on (:mod:`stan_dp.adaptation.groups`).
     """
     params = _declarations(program, "parameters")
 

@@ -55,6 +55,8 @@ def test_the_program_reading_finds_centred_vectors_with_a_parameter_as_location(
     constrained = PROGRAM.replace("real mu;", "real<lower=0> mu;")
     assert hierarchical_locations(constrained) == {"c": "nu"}
     assert hierarchical_locations("parameters { vector[3] a; } model { a ~ normal(0, 1); }") == {}
+    assert hierarchical_locations("parameters { real m; vector[3] a; } "
+                                  "model { target += normal_lupdf(a | m, 1); }") == {"a": "m"}
 
 
 def test_a_compiled_models_group_direction_is_its_vector_and_its_location(compiled):

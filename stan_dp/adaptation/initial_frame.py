@@ -246,7 +246,8 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
 
 def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
                    rng_noise: np.random.Generator, ledger: Ledger, what: str,
-                   sparse_rows: bool = False, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   sparse_rows: bool = False,
+                   groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The local sd of every coordinate at ``theta`` from a private upper quantile of the per-row
     curvatures (step 1 of :func:`private_mode`), and the coordinates no significant number of rows
     depends on (their scale is 1).
@@ -299,7 +300,7 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
     # Per-row values are computed and kept where the rows live (in this
     # process, or on the workers of a sharded model); only counts and clipped
     # sums of them come back, through the mechanisms of releases.py.
-    if groups is not None and np.shape(groups)[1]:   # the axes, then the far phase's group directions
+    if groups is not None and np.shape(groups)[1]:   # the axes, then the groups' directions
         d = theta.size + np.shape(groups)[1]
         directions = np.hstack([np.eye(theta.size), np.asarray(groups, dtype=float)])
         curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, directions)
