@@ -13,6 +13,7 @@ with data simulated on their own scales (no standardising), through
   pre-treatment count, ``treatment`` (60 %) and ``senior`` (30 %);
 * ``student``: Student-t regression with unknown ``nu`` and ``sigma``;
 * ``radon``: a varying intercept over 20 counties, half-Cauchy scales;
+* ``radon-slopes``: varying intercepts and slopes over 10 counties, both centred;
 * ``binomial``: aggregated binomial rows (trials 1 to ~500, log-normal) on
   age in years;
 * ``ordered``: ordered logistic (5 levels, an ``ordered`` cut-point
@@ -160,6 +161,28 @@ def radon(n: int, rng: np.random.Generator, groups: int = 20) -> dict:
     a = 1.5 + 0.3 * rng.normal(size=groups)
     x = rng.binomial(1, 0.8, n).astype(float)
     y = a[county - 1] - 0.7 * x + 0.75 * rng.normal(size=n)
+    return {"N": n, "J": groups, "county": county.astype(int), "x": x, "y": y}
+
+
+RADON_SLOPES = """
+data { int<lower=0> N; int<lower=1> J; array[N] int<lower=1, upper=J> county; vector[N] x; vector[N] y; }
+parameters { vector[J] a; vector[J] b; real mu_a; real mu_b; real<lower=0> sigma_a;
+             real<lower=0> sigma_b; real<lower=0> sigma_y; }
+model {
+  mu_a ~ normal(0, 10); mu_b ~ normal(0, 10);
+  sigma_a ~ cauchy(0, 2.5); sigma_b ~ cauchy(0, 2.5); sigma_y ~ cauchy(0, 2.5);
+  a ~ normal(mu_a, sigma_a); b ~ normal(mu_b, sigma_b);
+  y ~ normal(a[county] + b[county] .* x, sigma_y);
+}
+"""
+
+
+def radon_slopes(n: int, rng: np.random.Generator, groups: int = 10) -> dict:
+    county = rng.integers(1, groups + 1, n)
+    a = 1.5 + 0.3 * rng.normal(size=groups)
+    b = -0.7 + 0.2 * rng.normal(size=groups)
+    x = rng.binomial(1, 0.8, n).astype(float)
+    y = a[county - 1] + b[county - 1] * x + 0.75 * rng.normal(size=n)
     return {"N": n, "J": groups, "county": county.astype(int), "x": x, "y": y}
 
 
@@ -389,6 +412,8 @@ MODELS = {   # name: (Stan program, data generator, the published data set's row
     "roaches": (ROACHES, roaches, 262),
     "student": (STUDENT, student, 500),
     "radon": (RADON, radon, 919),
+    # varying intercepts and slopes over 10 counties (two centred groups)
+    "radon-slopes": (RADON_SLOPES, radon_slopes, 919),
     # more kinds of likelihood, rows as the studies that use them have (~1,000)
     "binomial": (BINOMIAL, binomial, 1000),
     "ordered": (ORDERED, ordered, 1000),
