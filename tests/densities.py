@@ -368,7 +368,8 @@ class NormalRegression:
 
 class CentredGroups:
     """``y_i ~ N(a[g_i], 1)``, ``a_j ~ N(mu, 1)``, ``mu ~ N(0, 10^2)``: a centred varying intercept
-    with known scales, so the posterior is exactly Gaussian (:meth:`exact`).  Coordinates
+    with known scales, so the posterior is exactly Gaussian (:meth:`exact`; :class:`VaryingIntercept`
+    has unknown scales and only a Newton mode).  Coordinates
     ``a.1 .. a.J, mu``; with ``groups`` it declares, as a compiled model reads from its program,
     its group (``hierarchical_coordinates``: the ``a_j`` and their location ``mu``)."""
 
