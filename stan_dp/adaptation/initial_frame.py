@@ -11,7 +11,7 @@ data access is a release written to the ledger
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from stan_dp.adaptation.ridge import thresholded_ridges
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.aggregates import RowColumns
 
-__all__ = ["unit_diagonal"]
+__all__ = ["InitialScale", "initial_scale_release", "unit_diagonal"]
 
 
 DEPENDING_SDS = 3.0
@@ -132,9 +132,84 @@ def unit_diagonal(m: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.
     return m / scaling, sd / (math.sqrt(2.0) * scaling), diag
 
 
+def sparse_direction_tails(depending: np.ndarray, count_sd: float, groups: list[np.ndarray], n_public: int,
+                           default_tail: float, directions: int,
+                           z_direction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per turned direction, the direction count's target where few rows depend on its group.
+
+    Parameters
+    ----------
+    depending : ndarray
+        Released counts of the rows that depend on each of the orientation's coordinates (the
+        initial scale's first release, :class:`InitialScale`), noise sd ``count_sd``.
+    groups : list of ndarray
+        The turned groups (positions among those coordinates): each group's directions are its
+        block's eigenvectors, and every row that depends on one depends on some member.
+    default_tail : float
+        The tail of all ``n`` rows the direction count takes otherwise (:func:`scale_tail`).
+    directions, z_direction : int, float
+        The direction count's columns and noise multiplier (its noise sd ``z sqrt(directions)``).
+
+    Returns
+    -------
+    tail : ndarray
+        Per coordinate position, the fraction of all ``n`` rows the count's target holds.
+    within : ndarray
+        That target as a fraction of the rows depending on the direction (what the quantile
+        is of, for the mean curvature it implies: ``chi2_1(1 - within)``).
+    rows : ndarray
+        The rows the mean curvature is taken over (``n``, or an upper bound on the group's
+        depending rows: the narrow side).
+    weighed : ndarray of bool
+        Searched by probabilistic bisection (the target within
+        :data:`WEIGHED_GAP_SDS` noise sds of the count).
+
+    A group whose every member is sparse (an upper bound on its depending rows, the count plus
+    :data:`DEPENDING_LOWER_SDS` noise sds, within :data:`SPARSE_FRACTION` of ``n``, as for the
+    initial scale's sparse rows) takes the initial scale's target among those rows
+    (:func:`initial_scale_release`): ``SCALE_TAIL`` of them and at least ``SCALE_TAIL_SDS`` noise
+    sds, at most half of a lower bound on them (its largest member's count less
+    ``DEPENDING_LOWER_SDS`` noise sds); the mean curvature is taken over an upper bound on the
+    group's rows (the members' upper bounds summed: a row depends on the direction only if on
+    some member; the narrow side).  Elsewhere every value is the default's, so the release is the
+    same, draw for draw.  Post-processing of released counts; the plan (columns, rounds, noise)
+    is unchanged.
+
+    Why: the default target of a sparse group is beyond the rows that depend on it, so its search
+    ends among rows that do not, at a quantile near 0, and stretches the direction by decades:
+    ``radon-slopes`` (a county's intercept and slope on an 80 % binary predictor, a tenth of the
+    rows each, a ridge) at 3,000 rows, epsilon = 16, had a county's pair read at 277 and 206
+    depending rows (count-noise sd 28) against a default target of 300; its turned direction was
+    stretched about 3e5-fold, thousands of posterior sds wide, and the rounds diverged along it.
+    Here the target is 111 rows (median worst error of 24 runs 23.1 -> 5.07 sds; the NumPy twin,
+    ``tests/test_sparse_ridge.py``: the frame's widest direction 1e6 -> 1.6-2.1 posterior sds).
+    """
+    k = len(depending)
+    tail = np.full(k, float(default_tail))
+    within = tail.copy()
+    rows = np.full(k, float(n_public))
+    weighed = np.zeros(k, dtype=bool)
+    sd_direction = z_direction * math.sqrt(max(directions, 1))
+    for group in groups:
+        dep = np.asarray(depending, dtype=float)[group]
+        if not (np.all(np.isfinite(dep))
+                and np.max(dep) + DEPENDING_LOWER_SDS * count_sd <= SPARSE_FRACTION * n_public):
+            continue
+        lower = float(np.clip(np.max(dep) - DEPENDING_LOWER_SDS * count_sd, 1.0, n_public))
+        m = float(np.clip(np.max(dep), 1.0, n_public))
+        need = float(tail_rows(m, max(directions, 1), z_direction))
+        target = min(need, 0.5 * lower)
+        tail[group] = target / n_public
+        within[group] = 0.5 if need > 0.5 * lower else target / m
+        rows[group] = float(np.clip(np.sum(dep + DEPENDING_LOWER_SDS * count_sd), 1.0, n_public))
+        weighed[group] = m - target < WEIGHED_GAP_SDS * sd_direction
+    return tail, within, rows, weighed
+
+
 def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
                     n_public: int, s: AdaptationSettings, z_orientation: float, z_direction: float,
-                    rng_noise: np.random.Generator, ledger: Ledger) -> tuple[np.ndarray, bool]:
+                    rng_noise: np.random.Generator, ledger: Ledger, depending: np.ndarray | None = None,
+                    count_sd: float = math.nan) -> tuple[np.ndarray, bool]:
     """Turn the initial diagonal frame along the curvature's principal directions (two releases).
 
     A diagonal frame sees each coordinate's curvature but not how they
@@ -181,6 +256,11 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        frame is not turned the quantiles are released all the same (the plan
        does not depend on the data) and the initial frame is kept.
 
+    With ``depending`` (the released counts of rows depending on each column of ``frame``, noise
+    sd ``count_sd``: :class:`InitialScale`) a turned group that few rows depend on (a county's
+    intercept and slope) takes its direction count's target among those rows
+    (:func:`sparse_direction_tails`), not a tail of all ``n``.
+
     The plan is the same whatever the data (one matrix release and
     ``quantile_rounds`` count releases); everything after the releases is
     post-processing.  Returns the new frame and whether it was turned.
@@ -197,6 +277,7 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     directions = np.eye(d)[:, idx] if idx.size else np.eye(d)[:, :1]
     turned = False
     ridged = np.zeros(idx.size, dtype=bool)   # coordinates whose group of R turns
+    turned_groups: list[np.ndarray] = []
     if idx.size >= 2:
         r, entry_sd, diag = unit_diagonal(m_rel[np.ix_(idx, idx)], sd_m)
         ridges = thresholded_ridges(r, entry_sd)
@@ -210,6 +291,8 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
             guard = tau_all if tau_all < 1.0 else tau_g
             ridged[group] = (np.all(np.isfinite(lam)) and tau_g < 1.0
                              and -guard < float(lam.min()) < min(RIDGE_EIGENVALUE + tau_g, 1.0 - tau_g))
+            if ridged[group[0]]:
+                turned_groups.append(np.asarray(group))
         if ridged.any():
             u = np.where(ridged[None, :], ridges.directions, np.eye(idx.size)) / np.sqrt(diag)[:, None]
             u /= np.linalg.norm(u, axis=0)
@@ -219,15 +302,22 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     b = frame @ directions
     stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b)
     tail = scale_tail(n_public, max(idx.size, 1), z_direction)
+    within, rows = tail, float(n_public)
+    weighed = None
+    if turned and depending is not None:
+        tail, within, rows, weighed = sparse_direction_tails(np.asarray(depending, dtype=float)[idx], count_sd,
+                                                             turned_groups, n_public, tail, b.shape[1],
+                                                             z_direction)
     t, at_floor = private_quantiles(rng_noise, RowColumns(holder, stat, 0, b.shape[1]), tail=tail,
                                     n_public=n_public, rounds=s.quantile_rounds,
-                                    noise_multiplier=z_direction, ledger=ledger, what="direction count")
+                                    noise_multiplier=z_direction, ledger=ledger, what="direction count",
+                                    weighed=weighed)
     del stat
     if not turned:
         # No ridge: keep the initial scale.  Averaging in this second estimate of the same axes
         # cost more than it gave (Poisson GLM, n = 1e3, eps = 4: rms 4.3 against 2.5 sds).
         return frame, turned
-    c = n_public * t / float(stats.chi2.ppf(1.0 - tail, 1))
+    c = rows * t / stats.chi2.ppf(1.0 - within, 1)
     with np.errstate(all="ignore"):
         stretch = np.where(at_floor | ~np.isfinite(c) | (c <= 0.0), 1.0, 1.0 / np.sqrt(c))
     stretch = np.clip(stretch, 1e-6, 1e6)
@@ -244,10 +334,32 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     return out, turned
 
 
+class InitialScale(NamedTuple):
+    """What :func:`initial_scale_release` returns: the scales and the released counts they came from."""
+
+    scale: np.ndarray
+    """Local sd per direction (1, or the widest measured, where none was found)."""
+    at_floor: np.ndarray
+    """Directions with no scale found (bool)."""
+    depending: np.ndarray
+    """The released count of rows whose curvature along each direction is above the range's floor."""
+    count_sd: float
+    """Those counts' noise sd (``z sqrt(directions)``)."""
+
+
 def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
                    rng_noise: np.random.Generator, ledger: Ledger, what: str,
                    sparse_rows: bool = False,
                    groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`initial_scale_release`'s scale and floor mask (the same releases)."""
+    out = initial_scale_release(holder, theta, n_public, s, z, rng_noise, ledger, what, sparse_rows, groups)
+    return out.scale, out.at_floor
+
+
+def initial_scale_release(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
+                          rng_noise: np.random.Generator, ledger: Ledger, what: str,
+                          sparse_rows: bool = False,
+                          groups: np.ndarray | None = None) -> InitialScale:
     """The local sd of every coordinate at ``theta`` from a private upper quantile of the per-row
     curvatures (step 1 of :func:`private_mode`), and the coordinates no significant number of rows
     depends on (their scale is 1).
@@ -342,7 +454,8 @@ def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationS
         rows = np.where(upper <= SPARSE_FRACTION * n_public, np.maximum(upper, 1.0), rows)
     scale = 1.0 / np.sqrt(rows * t / stats.chi2.ppf(1.0 - tail, 1))
     out = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
-    return _held_to_widest_measured(out, at_floor, ~at_floor & np.isfinite(scale)), at_floor
+    return InitialScale(_held_to_widest_measured(out, at_floor, ~at_floor & np.isfinite(scale)), at_floor,
+                        np.asarray(depending, dtype=float), count_sd)
 
 
 def _held_to_widest_measured(scale: np.ndarray, at_floor: np.ndarray, measured: np.ndarray) -> np.ndarray:

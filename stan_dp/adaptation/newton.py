@@ -113,7 +113,7 @@ from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import group_directions, group_locations, grouped_frame
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
-from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame
+from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
 from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, AdaptationSettings, allowed_clipped_rows,
                                      clip_inflation, clip_median_tail, noise_multipliers, planned_settings)
 from stan_dp.adaptation.pooling import (_distance, _drop_consistent, _exact_prior_mode, _final_rounds,
@@ -277,18 +277,26 @@ def private_mode(
                                max_step=s.max_step, rng_noise=rng_noise, ledger=ledger, groups=groups,
                                on_round=None if trace is None else trace.append)
         theta = far_points[-1].copy()
-    scale, at_floor = _initial_scale(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
-                                     sparse_rows=True, groups=groups)
+    initial = initial_scale_release(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
+                                    sparse_rows=True, groups=groups)
+    scale, at_floor = initial.scale, initial.at_floor
     group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
     # a group's direction in its location's column, where its elements have no scale; the
     # orientation then sees that column as one the rows depend on (a ridge with a slope on an
     # unscaled predictor turns there as an intercept's would)
     frame, grouped = grouped_frame(np.diag(scale), declared, group_scale, group_at_floor, at_floor)
+    # the released count of rows depending on each column of the frame (a grouped column's is its
+    # group's direction's): where few rows depend on a ridge, its direction count looks among them
+    depending = initial.depending[:d].copy()
+    for g, (_, loc) in enumerate(declared):
+        if grouped[loc]:
+            depending[loc] = initial.depending[d + g]
     turned = False
     if s.orient:
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates | grouped, n_public, s,
-                                        zs["orientation"], zs["direction"], rng_noise, ledger)
+                                        zs["orientation"], zs["direction"], rng_noise, ledger,
+                                        depending=depending, count_sd=initial.count_sd)
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
