@@ -243,16 +243,23 @@ class ZeroRowPart:
         return {vector: location for vector, (location, _) in (self._hierarchical or {}).items()}
 
     @property
-    def hierarchical_hyperparameters(self) -> np.ndarray:
-        """Boolean mask ``(dim,)`` of the locations and scales of the program's centred hierarchical
-        statements (``mu_a`` and ``sigma_a``'s log for ``a ~ normal(mu_a, sigma_a)``; public: read
-        from the program, :func:`stan_dp.stan_source.hierarchical_statements`), for the vectors of
-        :attr:`hierarchical_coordinates`.  The private search scales those of them that no row
-        depends on by the exact prior (:func:`stan_dp.adaptation.groups.hyperparameter_scale`)."""
+    def hierarchical_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+        """Per centred hierarchical statement, ``(its vector's unconstrained coordinates, the
+        coordinates of its location and scale)`` (``mu_a`` and ``sigma_a``'s log for ``a ~
+        normal(mu_a, sigma_a)``; public: read from the program,
+        :func:`stan_dp.stan_source.hierarchical_statements`, and the compiled model's names).  The
+        private search scales those that no row depends on by the exact prior
+        (:func:`stan_dp.adaptation.groups.hyperparameter_scale`).  Empty where the names are not
+        known, and without a vector of fewer than two elements."""
         self._bounded_parameters()
-        names = tuple(name for vector, pair in (self._hierarchical or {}).items()
-                      if self._coordinates_of((vector,)).sum() >= 2 for name in pair if name)
-        return self._coordinates_of(names)
+        out = []
+        for vector, pair in (self._hierarchical or {}).items():
+            members = self._coordinates_of((vector,))
+            hyper = self._coordinates_of(tuple(name for name in pair if name))
+            if members.sum() >= 2 and hyper.any():
+                out.append((tuple(int(j) for j in np.flatnonzero(members)),
+                            tuple(int(j) for j in np.flatnonzero(hyper))))
+        return tuple(out)
 
     @property
     def hierarchical_coordinates(self) -> tuple[tuple[tuple[int, ...], int], ...]:

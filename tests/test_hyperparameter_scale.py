@@ -43,16 +43,16 @@ def test_a_compiled_model_marks_its_group_s_location_and_scale(compiled):
     data = {"N": 50, "J": 4, "g": rng.integers(1, 5, size=50), "y": rng.normal(size=50)}
     model = stan_dp.RowModel(compiled(path), data)
     names = model.param_names   # mu, tau, a.1 .. a.4, sigma
-    assert model.hierarchical_hyperparameters.tolist() == [n in ("mu", "tau") for n in names]
+    members = tuple(j for j, n in enumerate(names) if n.startswith("a."))
+    assert model.hierarchical_hyperparameters == ((members, (names.index("mu"), names.index("tau"))),)
 
 
-def _varying(seed: int) -> VaryingIntercept:
+def _varying(seed: int, n: int = 300) -> VaryingIntercept:
     rng = np.random.default_rng(seed)
-    g = rng.integers(0, 6, 300)
-    density = VaryingIntercept(1.5 + 0.3 * rng.normal(size=6)[g] + rng.normal(size=300), g, 6)
-    mask = np.zeros(density.dim, dtype=bool)
-    mask[:2] = True   # mu and log tau
-    density.hierarchical_hyperparameters = mask
+    g = rng.integers(0, 6, n)
+    density = VaryingIntercept(1.5 + 0.3 * rng.normal(size=6)[g] + rng.normal(size=n), g, 6)
+    # the group a_1 .. a_6 and its location mu and scale's log, log tau
+    density.hierarchical_hyperparameters = ((tuple(range(2, 8)), (0, 1)),)
     return density
 
 
@@ -61,15 +61,21 @@ def test_the_scale_is_the_prior_s_conditional_sd_from_the_closed_form():
     theta = np.array([0.4, np.log(0.7), 1.2, 1.9, 1.1, 1.6, 1.3, 2.0, 0.1])
     tau, s = 0.7, np.sum((theta[2:-1] - 0.4) ** 2)
     placeholder = np.full(density.dim, 0.05)
-    at_floor = np.array([True, True, True, False, False, False, False, False, False])
+    at_floor = np.array([True, True, False, False, False, False, False, False, True])
     out = groups.hyperparameter_scale(density, theta, placeholder, at_floor, 1e-4)
     # log prior: -mu^2 / 2e4 - tau^2 / 200 + (1 - J) log tau - S exp(-2 log tau) / 2 - ...
     p_mu = 6 / tau**2 + 1e-4
     p_log_tau = 2 * tau**2 / 100 + 2 * s / tau**2
     np.testing.assert_allclose(out[:2], [1 / np.sqrt(p_mu), min(1.0, 1 / np.sqrt(p_log_tau))], rtol=1e-5)
-    # a group effect at the floor (rows may depend on it unseen) and every coordinate not at the
-    # floor keep their scale
+    # every other coordinate keeps its scale, at the floor (log sigma here) or not
     np.testing.assert_array_equal(out[2:], placeholder[2:])
+    # and so do the hyperparameters where some element of the group is at the floor (its rows
+    # too few to scale it): the elements then stay at one level for many rounds, where the
+    # prior's scale of log tau is a funnel's neck
+    some = at_floor.copy()
+    some[4] = True
+    np.testing.assert_array_equal(groups.hyperparameter_scale(density, theta, placeholder, some, 1e-4),
+                                  placeholder)
     # at most the floor's unit scale: at a point where every a_j equals mu (S = 0) the prior
     # barely curves in log tau
     flat = theta.copy()
@@ -90,8 +96,9 @@ def test_nothing_changes_without_declared_hyperparameters_or_off_the_floor():
 def test_the_newton_rounds_start_with_it(monkeypatch):
     """The frame the rounds start in (``newton.private_mode``'s initial scale) holds the prior's sd
     for ``mu`` and ``log tau``: the same run without the declaration holds them to the widest
-    measured scale, narrower, and every other column is the same."""
-    density = _varying(2)
+    measured scale, narrower, and every other column is the same (3,000 rows in 6 groups: every
+    group effect has a scale of its own)."""
+    density = _varying(2, 3000)
     frames = []
     real = newton._oriented_frame
 
@@ -106,7 +113,7 @@ def test_the_newton_rounds_start_with_it(monkeypatch):
             del density.hierarchical_hyperparameters
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            stan_dp.sample(density, epsilon=4.0, delta=1e-5, seed=3, progress=False, chains=1, draws=20,
+            stan_dp.sample(density, epsilon=16.0, delta=1e-5, seed=3, progress=False, chains=1, draws=20,
                            settings=settings)
     (theta, with_prior), (_, without) = frames
     p = np.diag(prior_neg_hessian(density, theta, np.eye(density.dim), 1e-4))

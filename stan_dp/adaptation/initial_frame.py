@@ -24,7 +24,7 @@ from stan_dp.adaptation.ridge import thresholded_ridges
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.aggregates import RowColumns
 
-__all__ = ["InitialScale", "initial_scale_release", "unit_diagonal"]
+__all__ = ["InitialScale", "initial_scale_release", "sparse_direction_tails", "unit_diagonal"]
 
 
 DEPENDING_SDS = 3.0
