@@ -110,7 +110,7 @@ class ZeroRowPart:
     _log_transformed: tuple[str, ...] | None = None
     _logit_transformed: tuple[str, ...] | None = None
     _ordered: dict[str, str] | None = None
-    _hierarchical: dict[str, tuple[str, str]] | None = None
+    _hierarchical: dict[str, str] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -240,26 +240,7 @@ class ZeroRowPart:
         the data; ``{}`` where it is unknown or unreadable;
         :func:`stan_dp.stan_source.hierarchical_locations`)."""
         self._bounded_parameters()
-        return {vector: location for vector, (location, _) in (self._hierarchical or {}).items()}
-
-    @property
-    def hierarchical_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
-        """Per centred hierarchical statement, ``(its vector's unconstrained coordinates, the
-        coordinates of its location and scale)`` (``mu_a`` and ``sigma_a``'s log for ``a ~
-        normal(mu_a, sigma_a)``; public: read from the program,
-        :func:`stan_dp.stan_source.hierarchical_statements`, and the compiled model's names).  The
-        private search scales those that no row depends on by the exact prior
-        (:func:`stan_dp.adaptation.groups.hyperparameter_scale`).  Empty where the names are not
-        known, and without a vector of fewer than two elements."""
-        self._bounded_parameters()
-        out = []
-        for vector, pair in (self._hierarchical or {}).items():
-            members = self._coordinates_of((vector,))
-            hyper = self._coordinates_of(tuple(name for name in pair if name))
-            if members.sum() >= 2 and hyper.any():
-                out.append((tuple(int(j) for j in np.flatnonzero(members)),
-                            tuple(int(j) for j in np.flatnonzero(hyper))))
-        return tuple(out)
+        return dict(self._hierarchical or {})
 
     @property
     def hierarchical_coordinates(self) -> tuple[tuple[tuple[int, ...], int], ...]:
@@ -303,21 +284,21 @@ class ZeroRowPart:
         """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
         from one reading of the program (cached)."""
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
-            from stan_dp.stan_source import (canonical_program, hierarchical_statements,
+            from stan_dp.stan_source import (canonical_program, hierarchical_locations,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              ordered_parameters)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
             ordered: dict[str, str] = {}
-            hierarchical: dict[str, tuple[str, str]] = {}
+            hierarchical: dict[str, str] = {}
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
                                                 self._stanc_args)
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                     ordered = ordered_parameters(program)
-                    hierarchical = hierarchical_statements(program)
+                    hierarchical = hierarchical_locations(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered

@@ -40,9 +40,6 @@ __all__ = [
     "log_transformed_parameters",
     "logit_transformed_parameters",
     "ordered_parameters",
-    "hierarchical_locations",
-    "hierarchical_scales",
-    "hierarchical_statements",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -624,19 +621,6 @@ def hierarchical_locations(program: str) -> dict[str, str]:
     that direction only the rows (and the location's own prior) pull: it is the group's
     intercept, the direction every row depends on (:mod:`stan_dp.adaptation.groups`).
     """
-    return {vector: location for vector, (location, _) in hierarchical_statements(program).items()}
-
-
-def hierarchical_scales(program: str) -> dict[str, str]:
-    """The scale parameters of :func:`hierarchical_locations`' statements: ``{vector: its scale}``
-    (``{"a": "sigma_a"}`` for ``a ~ normal(mu_a, sigma_a)``), where the argument after the location
-    is a scalar ``real`` parameter (any constraint).  Reads the program, never data."""
-    return {vector: scale for vector, (_, scale) in hierarchical_statements(program).items() if scale}
-
-
-def hierarchical_statements(program: str) -> dict[str, tuple[str, str]]:
-    """``{vector: (location, scale)}`` for :func:`hierarchical_locations`' statements; the scale is
-    the argument after the location where it is a scalar ``real`` parameter, else ``""``."""
     params = _declarations(program, "parameters")
 
     def vector(name: str) -> bool:
@@ -648,12 +632,8 @@ def hierarchical_statements(program: str) -> dict[str, tuple[str, str]]:
         decl = params.get(name, (None,))[0]
         return decl is not None and not decl.constraint.strip() and decl.rank == 0 and decl.base == "real"
 
-    def any_scalar(name: str) -> bool:
-        decl = params.get(name, (None,))[0]
-        return decl is not None and decl.rank == 0 and decl.base == "real"
-
     blocks = program_blocks(program)
-    found: dict[str, tuple[str, str]] = {}
+    found: dict[str, str] = {}
     if "model" in blocks:
         for stmt in _statements(program, *blocks["model"]):
             m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
@@ -662,10 +642,8 @@ def hierarchical_statements(program: str) -> dict[str, tuple[str, str]]:
             args = _split_top(m["args"])
             at = LOCATION_ARGUMENT[m["family"]]
             location = args[at] if len(args) > at else ""
-            scale = args[at + 1] if len(args) > at + 1 else ""
             if vector(m["x"]) and scalar(location) and location != m["x"]:
-                scale = scale if any_scalar(scale) and scale not in (m["x"], location) else ""
-                found.setdefault(m["x"], (location, scale))
+                found.setdefault(m["x"], location)
     return found
 
 

@@ -25,9 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from stan_dp.adaptation.curvature import prior_neg_hessian
-
-__all__ = ["group_directions", "group_locations", "grouped_frame", "hyperparameter_scale"]
+__all__ = ["group_directions", "group_locations", "grouped_frame"]
 
 
 def group_locations(density: Any, d: int) -> list[tuple[np.ndarray, int]]:
@@ -105,64 +103,3 @@ def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group
         out[:, loc] = (members | (np.arange(d) == loc)).astype(float) * float(group_scale[g])
         grouped[loc] = True
     return out, grouped
-
-
-def hyperparameter_scale(density: Any, theta: np.ndarray, scale: np.ndarray, at_floor: np.ndarray,
-                         h: float) -> np.ndarray:
-    """``scale`` with a resolved group's hyperparameters that no row depends on scaled by the exact prior.
-
-    Parameters
-    ----------
-    density : RowDensity
-        Declares ``hierarchical_hyperparameters`` (read from the program: per centred
-        hierarchical statement, its vector's coordinates and its location's and scale's;
-        :attr:`stan_dp.model.ZeroRowPart.hierarchical_hyperparameters`); none: ``scale`` unchanged.
-    theta : ndarray
-        Where the Newton rounds start (post-processing of released values).
-    scale, at_floor : ndarray
-        The initial scale per coordinate and whether none was found (the released count of rows
-        depending on it within its noise of 0).
-    h : float
-        Finite-difference step for the prior's curvature.
-
-    Returns
-    -------
-    ndarray
-        ``scale`` with, for each group none of whose elements is at the floor, each of its
-        hyperparameters at the floor scaled by the prior's conditional sd given the other
-        coordinates, ``1 / sqrt(P_jj)`` (``P`` the exact prior's negative Hessian at ``theta``), at
-        most 1 (the floor's unit scale); where ``P_jj`` is not positive, as it was.
-
-    Why: a coordinate at the floor is held to the widest measured scale because rows may depend on
-    it unseen (a county's intercept under the count noise), and its curvature is then the
-    release's to find.  A group's location or scale is different: no row depends on it, its
-    curvature is the prior's, exact and public, and the rounds' released curvature there is pure
-    noise, floored at ``min(1, tau)``, so a frame too narrow along it never widens.  In
-    ``radon-slopes`` at 3,000 rows, epsilon = 16, ``log sigma_a``'s frame was 14 times narrower than
-    its posterior sd (the widest measured scale, a county's), and ``mu_a``'s, ``mu_b``'s and
-    ``log sigma_b``'s were narrow too: 20-23 of the 25 released eigenvalues sat at the floor in
-    every round, 17 of 24 runs never settled, and those four were the worst coordinates (median
-    2.0-3.3 sds); scaled by the prior, median 5.07 -> 1.7 sds, 14 settled.  Only where the
-    group's elements have scales of their own: where some are at the floor (``radon``, 50 rows a
-    county at 1,000 rows) they stay near the start for many rounds, every element at one level
-    (the far phase moves them together), where the prior's scale of ``log sigma_a`` is the
-    funnel's neck; its frame then was 1, several times its posterior sd, and the rounds walked it
-    down the neck (median 5.08 -> 13 sds, 24 runs).  Public: the program, released verdicts and
-    the prior at a released point.
-    """
-    declared = getattr(density, "hierarchical_hyperparameters", None) or ()
-    at_floor = np.asarray(at_floor, dtype=bool)
-    held = np.zeros(theta.size, dtype=bool)
-    for members, hyper in declared:
-        members, hyper = np.asarray(members, dtype=int), np.asarray(hyper, dtype=int)
-        inside = (members.size and hyper.size and np.all((members >= 0) & (members < theta.size))
-                  and np.all((hyper >= 0) & (hyper < theta.size)))
-        if inside and not at_floor[members].any():
-            held[hyper] = at_floor[hyper]
-    if not held.any():
-        return scale
-    p = np.diag(prior_neg_hessian(density, theta, np.eye(theta.size), h))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        prior_sd = np.where(p > 0.0, 1.0 / np.sqrt(p), np.nan)
-    use = held & np.isfinite(prior_sd)
-    return np.where(use, np.minimum(prior_sd, 1.0), scale)
