@@ -195,15 +195,33 @@ def sparse_direction_tails(depending: np.ndarray, count_sd: float, groups: list[
         if not (np.all(np.isfinite(dep))
                 and np.max(dep) + DEPENDING_LOWER_SDS * count_sd <= SPARSE_FRACTION * n_public):
             continue
-        lower = float(np.clip(np.max(dep) - DEPENDING_LOWER_SDS * count_sd, 1.0, n_public))
-        m = float(np.clip(np.max(dep), 1.0, n_public))
-        need = float(tail_rows(m, max(directions, 1), z_direction))
-        target = min(need, 0.5 * lower)
+        target, within[group] = _target_among_depending(np.max(dep), count_sd, n_public, max(directions, 1),
+                                                        z_direction)
         tail[group] = target / n_public
-        within[group] = 0.5 if need > 0.5 * lower else target / m
         rows[group] = float(np.clip(np.sum(dep + DEPENDING_LOWER_SDS * count_sd), 1.0, n_public))
-        weighed[group] = m - target < WEIGHED_GAP_SDS * sd_direction
+        weighed[group] = float(np.clip(np.max(dep), 1.0, n_public)) - target < WEIGHED_GAP_SDS * sd_direction
     return tail, within, rows, weighed
+
+
+def _target_among_depending(depending: Any, count_sd: float, n_public: int, dim: int,
+                            z: float) -> tuple[np.ndarray, np.ndarray]:
+    """The scale search's target among the rows depending on a direction, and its share of them.
+
+    ``depending``: released counts (noise sd ``count_sd``); ``dim`` and ``z``: the columns and
+    noise multiplier of the count releases that search (:func:`tail_rows`).  The target holds
+    ``SCALE_TAIL`` of the depending rows and at least ``SCALE_TAIL_SDS`` of that search's noise
+    sds, at most half of the rows that surely depend (the count less :data:`DEPENDING_LOWER_SDS`
+    noise sds): a count high by noise must not put the target beyond the rows really there.  Where
+    it is cut there, the tail is taken as the median of those rows (as if fewer rows depended on
+    it: the narrow side).  Returns ``(target rows, fraction of the depending rows above it)``, the
+    latter for the mean curvature the quantile implies (``chi2_1(1 - fraction)``).
+    """
+    m = np.clip(depending, 1.0, float(n_public))
+    need = tail_rows(m, dim, z)
+    half = 0.5 * np.clip(np.asarray(depending, dtype=float) - DEPENDING_LOWER_SDS * count_sd, 1.0,
+                         float(n_public))
+    capped = need > half
+    return np.where(capped, half, need), np.where(capped, 0.5, need / m)
 
 
 def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
@@ -424,15 +442,7 @@ def initial_scale_release(holder: Any, theta: np.ndarray, n_public: int, s: Adap
                              f"{what}, rows depending")
     # ---- post-processing of the released counts ----
     count_sd = z * math.sqrt(d)
-    m = np.clip(depending, 1.0, float(n_public))
-    # rows the tail should hold, at most half of the rows that surely depend on the coordinate: a
-    # count high by noise must not put the target beyond the rows really there.  The tail is then
-    # taken as the median of those rows (as if fewer rows depended on it: the narrow side)
-    need = tail_rows(m, d, z)
-    half = 0.5 * np.clip(depending - DEPENDING_LOWER_SDS * count_sd, 1.0, float(n_public))
-    capped = need > half
-    target = np.where(capped, half, need)
-    tail = np.where(capped, 0.5, need / m)   # fraction of the m_j depending rows above t
+    target, tail = _target_among_depending(depending, count_sd, n_public, d, z)
     t, at_floor = private_quantiles(rng_noise, cols, tail=target / n_public, n_public=n_public,
                                     rounds=s.quantile_rounds - 1, noise_multiplier=z, ledger=ledger,
                                     what=what,
