@@ -116,8 +116,8 @@ from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_sc
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
 from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, AdaptationSettings, allowed_clipped_rows,
                                      clip_inflation, clip_median_tail, noise_multipliers, planned_settings)
-from stan_dp.adaptation.pooling import (_distance, _drop_consistent, _exact_prior_mode, _final_rounds,
-                                        _pooled_estimate, curvature_diagonal_sd, model_reach)
+from stan_dp.adaptation.pooling import (_exact_prior_mode, _final_rounds, _pooled_estimate,
+                                        curvature_diagonal_sd, model_reach, trimmed_pool)
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
 from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
@@ -467,17 +467,12 @@ def private_mode(
                 # In a frame the release could not resolve, a short step in frame units
                 # says little about the distance: once the pooled curvature resolves it,
                 # rounds far from the pooled mode (in its metric) leave the pool.
-                reach = model_reach(d)
-                kept = [r for r in pool if _distance(r["theta"], pooled) <= reach]
-                if kept and len(kept) < len(pool):
-                    narrower = _pooled_estimate(kept, frame)
-                    # A round leaves only if it is far from what is left as well: the round just
-                    # made sits at the previous pooled mode, so dropping it for being far from the
-                    # pool it joined, and returning to that mode, repeats itself round after round
-                    # (seen: 20 rounds at one point 11 sds off; _drop_consistent).
-                    if _drop_consistent(pool, kept, narrower, reach):
-                        pool[:] = kept
-                        pooled = narrower
+                # Rounds far from the pooled mode leave the pool; where it is trusted at none of
+                # them, the round just made stays alone and starts a new run (trimmed_pool).
+                kept, pooled, extrapolated = trimmed_pool(pool, pooled, frame, model_reach(d))
+                if extrapolated:
+                    streak[:] = kept
+                pool[:] = kept
                 move = pooled.mode - theta
                 new_frame = pooled.frame
             else:

@@ -22,7 +22,7 @@ from stan_dp.adaptation.curvature import _next_frame, _shrunk_eigen, _step_eigen
 from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
 from stan_dp.density import prior_gradient
 
-__all__ = ["curvature_diagonal_sd", "model_reach"]
+__all__ = ["curvature_diagonal_sd", "model_reach", "trimmed_pool"]
 
 
 AXIS_FAMILYWISE = 0.05
@@ -326,6 +326,64 @@ def _drop_consistent(pool: list[dict[str, Any]], kept: list[dict[str, Any]], nar
     """
     kept_ids = {id(r) for r in kept}
     return all(_distance(r["theta"], narrower) > reach for r in pool if id(r) not in kept_ids)
+
+
+def trimmed_pool(pool: list[dict[str, Any]], pooled: _Pooled, frame: np.ndarray,
+                 reach: float) -> tuple[list[dict[str, Any]], _Pooled, bool]:
+    """The rounds of ``pool`` its pooled quadratic model is trusted at, and their pooled estimate.
+
+    Parameters
+    ----------
+    pool : list of dict
+        The near rounds pooled so far, the one just made last (at the search's current point).
+    pooled : _Pooled
+        Their pooled estimate (:func:`_pooled_estimate`).
+    frame : ndarray
+        The current frame.
+    reach : float
+        :func:`model_reach`: how far (posterior sds, pooled metric) from the pooled mode a round's
+        point may be for the quadratic model to be trusted there.
+
+    Returns
+    -------
+    pool, pooled, extrapolated
+        * Some rounds beyond ``reach``: those within it, pooled, where the others are beyond
+          ``reach`` of that narrower pool too (:func:`_drop_consistent`); else ``pool`` as it was.
+        * Every round of two or more beyond ``reach`` and beyond twice its own one-step
+          estimate's noise distance (:func:`_reach`, as :func:`_final_rounds` admits rounds): the
+          round just made alone, with its own one-step estimate.  The pooled mode then lies where
+          the pooled model is trusted at none of the points it was fitted at, and the release's
+          noise does not explain the distance: an extrapolation, by a mean curvature flatter than
+          the rounds' own along a direction the release cannot resolve, or changing fast there
+          (a funnel's neck).  (Where one round's noise is several posterior sds per coordinate,
+          every round is beyond the model's reach by noise alone, and pooling them is what
+          averages that noise: a D = 10 logistic regression at 1,000 rows, epsilon = 1, whose
+          final pool fell from at least 5 of 8 rounds to 1 in one of 24 seeds with ``reach``
+          alone; ``tests/test_final_pool.py``.)
+          In ``radon-slopes`` (3,000 rows, epsilon = 16) a pool of 8 rounds, every one of them
+          24-31 sds from its pooled mode, sent the search 12 posterior sds down ``log sigma_a``;
+          the next pools were 10^6 sds from their rounds and the run ended 5*10^5 sds off (with
+          the scale fed to it by :func:`~stan_dp.adaptation.groups.hyperparameter_scale`;
+          docs/adaptation.md §3, "A pool trusted at none of its rounds").  The round just made
+          is the one at the search's current point, where its own quadratic model is local.
+          ``extrapolated`` is True in this case only.
+        * Otherwise ``pool`` and ``pooled`` as they were.
+
+    Post-processing of the rounds' releases.
+    """
+    kept = [r for r in pool if _distance(r["theta"], pooled) <= reach]
+    if not kept and len(pool) > 1 and all(_distance(r["theta"], pooled) > _reach(r, pooled) for r in pool):
+        last = pool[-1:]
+        return last, _pooled_estimate(last, frame), True
+    if kept and len(kept) < len(pool):
+        narrower = _pooled_estimate(kept, frame)
+        # A round leaves only if it is far from what is left as well: the round just made sits at
+        # the previous pooled mode, so dropping it for being far from the pool it joined, and
+        # returning to that mode, repeats itself round after round (seen: 20 rounds at one point
+        # 11 sds off; _drop_consistent).
+        if _drop_consistent(pool, kept, narrower, reach):
+            return kept, narrower, False
+    return pool, pooled, False
 
 
 def model_reach(d: int) -> float:
