@@ -28,7 +28,7 @@ import re
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from stan_dp.data import check_row_count, load_data
 from stan_dp.native.rows import NativeRows
 from stan_dp.params import ParamLayout
 from stan_dp.toolchain import compile_model, default_cache_dir, find_toolchain
+
+if TYPE_CHECKING:
+    from stan_dp.stan_source import HierarchicalStatement
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ class ZeroRowPart:
     _log_transformed: tuple[str, ...] | None = None
     _logit_transformed: tuple[str, ...] | None = None
     _ordered: dict[str, str] | None = None
-    _hierarchical: dict[str, str] | None = None
+    _hierarchical: dict[str, "HierarchicalStatement"] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -240,7 +243,7 @@ class ZeroRowPart:
         the data; ``{}`` where it is unknown or unreadable;
         :func:`stan_dp.stan_source.hierarchical_locations`)."""
         self._bounded_parameters()
-        return dict(self._hierarchical or {})
+        return {vector: stmt.location for vector, stmt in (self._hierarchical or {}).items()}
 
     @property
     def hierarchical_coordinates(self) -> tuple[tuple[tuple[int, ...], int], ...]:
@@ -254,6 +257,29 @@ class ZeroRowPart:
             members, at = self._coordinates_of((vector,)), self._coordinates_of((location,))
             if members.sum() >= 2 and at.sum() == 1:
                 out.append((tuple(int(j) for j in np.flatnonzero(members)), int(np.flatnonzero(at)[0])))
+        return tuple(out)
+
+    @property
+    def hierarchical_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
+        """Per centred hierarchical statement, ``(its vector's unconstrained coordinates, its
+        location's, its scale's)``: ``mu_a`` and ``log(sigma_a)`` for ``a ~ normal(mu_a, sigma_a)``
+        with ``real<lower=0> sigma_a`` (public: read from the program,
+        :func:`stan_dp.stan_source.hierarchical_statements`, and the compiled model's names).  The
+        scale's is given for a ``normal`` statement only (empty otherwise, or where the scale is not
+        a parameter on Stan's ``log`` transform).  The private search starts those that no row
+        depends on at the prior's scale (:func:`stan_dp.adaptation.groups.hyperparameter_scale`).
+        Empty where the names are not known, and without a vector of fewer than two elements."""
+        self._bounded_parameters()
+        out = []
+        for vector, stmt in (self._hierarchical or {}).items():
+            members = self._coordinates_of((vector,))
+            location = self._coordinates_of((stmt.location,))
+            scale = (self._coordinates_of((stmt.scale,)) if stmt.scale and stmt.family == "normal"
+                     else np.zeros_like(members))
+            if members.sum() >= 2 and location.sum() == 1 and scale.sum() <= 1:
+                out.append((tuple(int(j) for j in np.flatnonzero(members)),
+                            tuple(int(j) for j in np.flatnonzero(location)),
+                            tuple(int(j) for j in np.flatnonzero(scale))))
         return tuple(out)
 
     def _unconstrained_names(self) -> list[str] | None:
@@ -284,21 +310,21 @@ class ZeroRowPart:
         """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
         from one reading of the program (cached)."""
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
-            from stan_dp.stan_source import (canonical_program, hierarchical_locations,
+            from stan_dp.stan_source import (canonical_program, hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              ordered_parameters)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
             ordered: dict[str, str] = {}
-            hierarchical: dict[str, str] = {}
+            hierarchical: dict[str, HierarchicalStatement] = {}
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
                                                 self._stanc_args)
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                     ordered = ordered_parameters(program)
-                    hierarchical = hierarchical_locations(program)
+                    hierarchical = hierarchical_statements(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered

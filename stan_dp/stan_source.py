@@ -31,6 +31,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = [
     "Statement",
@@ -40,6 +41,9 @@ __all__ = [
     "log_transformed_parameters",
     "logit_transformed_parameters",
     "ordered_parameters",
+    "HierarchicalStatement",
+    "hierarchical_locations",
+    "hierarchical_statements",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -608,6 +612,18 @@ LOCATION_ARGUMENT = {"normal": 0, "cauchy": 0, "double_exponential": 0, "logisti
 """Families whose argument at this position (after the variate) is a location parameter."""
 
 
+class HierarchicalStatement(NamedTuple):
+    """A centred hierarchical vector's sampling statement (:func:`hierarchical_statements`)."""
+
+    location: str
+    """Its location parameter (``mu_a`` in ``a ~ normal(mu_a, sigma_a)``)."""
+    scale: str
+    """Its scale parameter where the argument after the location is a scalar ``real`` parameter
+    with the lower bound 0 and no upper bound (Stan's ``log`` transform), else ``""``."""
+    family: str
+    """The sampling statement's family (``"normal"``)."""
+
+
 def hierarchical_locations(program: str) -> dict[str, str]:
     """The centred hierarchical vectors of a canonical program: ``{vector: its location}``.
 
@@ -621,6 +637,18 @@ def hierarchical_locations(program: str) -> dict[str, str]:
     that direction only the rows (and the location's own prior) pull: it is the group's
     intercept, the direction every row depends on (:mod:`stan_dp.adaptation.groups`).
     """
+    return {vector: stmt.location for vector, stmt in hierarchical_statements(program).items()}
+
+
+def hierarchical_statements(program: str) -> dict[str, HierarchicalStatement]:
+    """:func:`hierarchical_locations`' statements with their scale parameter and family.
+
+    ``{"a": HierarchicalStatement("mu_a", "sigma_a", "normal")}`` for ``real<lower=0> sigma_a;``
+    and ``a ~ normal(mu_a, sigma_a)``.  The scale is ``""`` where the argument after the location
+    is not a scalar ``real`` parameter whose unconstrained coordinate is ``log(sigma_a)`` (lower
+    bound 0, no upper bound): a literal, an expression, or another transform.  Reads the program,
+    never data.
+    """
     params = _declarations(program, "parameters")
 
     def vector(name: str) -> bool:
@@ -632,8 +660,15 @@ def hierarchical_locations(program: str) -> dict[str, str]:
         decl = params.get(name, (None,))[0]
         return decl is not None and not decl.constraint.strip() and decl.rank == 0 and decl.base == "real"
 
+    def log_scale(name: str) -> bool:
+        decl = params.get(name, (None,))[0]
+        if decl is None or decl.rank != 0 or decl.base != "real":
+            return False
+        bounds = _bound_expressions(decl.constraint)
+        return "upper" not in bounds and bounds.get("lower", "").strip() in ("0", "0.0")
+
     blocks = program_blocks(program)
-    found: dict[str, str] = {}
+    found: dict[str, HierarchicalStatement] = {}
     if "model" in blocks:
         for stmt in _statements(program, *blocks["model"]):
             m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
@@ -642,8 +677,10 @@ def hierarchical_locations(program: str) -> dict[str, str]:
             args = _split_top(m["args"])
             at = LOCATION_ARGUMENT[m["family"]]
             location = args[at] if len(args) > at else ""
+            scale = args[at + 1].strip() if len(args) > at + 1 else ""
             if vector(m["x"]) and scalar(location) and location != m["x"]:
-                found.setdefault(m["x"], location)
+                scale = scale if log_scale(scale) and scale not in (m["x"], location) else ""
+                found.setdefault(m["x"], HierarchicalStatement(location, scale, m["family"]))
     return found
 
 

@@ -110,7 +110,8 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
                                           prior_neg_hessian)
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
 from stan_dp.adaptation.far import far_phase
-from stan_dp.adaptation.groups import group_directions, group_locations, grouped_frame
+from stan_dp.adaptation.groups import (group_directions, group_locations, grouped_frame,
+                                       hyperparameter_scale)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
@@ -282,6 +283,8 @@ def private_mode(
     scale, at_floor = initial.scale, initial.at_floor
     group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
+    # a group's location and scale that no row depends on: the exact prior's scale (public)
+    scale = hyperparameter_scale(density, theta, scale, at_floor, s.fd_step)
     # a group's direction in its location's column, where its elements have no scale; the
     # orientation then sees that column as one the rows depend on (a ridge with a slope on an
     # unscaled predictor turns there as an intercept's would)

@@ -1,0 +1,154 @@
+"""A centred group's location and scale, which no row depends on, start at the prior's scale.
+
+The Newton rounds' initial frame holds a coordinate with no scale found (its released count of
+depending rows within noise of 0) to the widest measured scale: rows may depend on it unseen.
+A centred group's location and scale (``mu_a`` and ``log sigma_a`` in ``a ~ normal(mu_a,
+sigma_a)``) are read from the program; no row depends on them, so where every element of the
+group has a scale of its own they start at the prior's: the location at its conditional sd
+``1 / sqrt(P_ll)``, ``log sigma_a`` at ``1 / sqrt(2 J)``, the Fisher information of ``log sigma``
+in ``J`` normal draws (:func:`stan_dp.adaptation.groups.hyperparameter_scale`).  Checked: the
+program reading, the compiled model's coordinates, both scales against closed forms and the
+Fisher information against a Monte Carlo mean of the exact prior's curvature, that nothing else
+changes, and that the rounds start with them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+import stan_dp
+from stan_dp.adaptation import groups, newton
+from stan_dp.adaptation.curvature import prior_neg_hessian
+from stan_dp.adaptation.plan import AdaptationSettings
+from stan_dp.stan_source import HierarchicalStatement, hierarchical_locations, hierarchical_statements
+from densities import VaryingIntercept
+from conftest import stan_test_model
+
+J = 6
+
+
+def test_the_program_reading_gives_a_scale_on_the_log_transform_only():
+    program = """
+    parameters { real mu; real<lower=0> tau; real nu; vector[4] a; vector[4] c; vector[4] e;
+                 vector[4] f; vector[4] h; vector[4] k; real<lower=0> s; real<lower=1> w;
+                 real<lower=0, upper=5> u; }
+    model { a ~ normal(mu, tau); c ~ student_t(3, nu, s); e ~ normal(mu, 2.5); f ~ cauchy(nu, 2 * s);
+            h ~ normal(nu, w); k ~ normal(mu, u); }
+    """
+    assert hierarchical_statements(program) == {
+        "a": HierarchicalStatement("mu", "tau", "normal"),
+        "c": HierarchicalStatement("nu", "s", "student_t"),
+        # a literal, an expression, a shifted lower bound, an upper bound: no log sigma
+        "e": HierarchicalStatement("mu", "", "normal"),
+        "f": HierarchicalStatement("nu", "", "cauchy"),
+        "h": HierarchicalStatement("nu", "", "normal"),
+        "k": HierarchicalStatement("mu", "", "normal"),
+    }
+    assert hierarchical_locations(program) == {"a": "mu", "c": "nu", "e": "mu", "f": "nu", "h": "nu",
+                                               "k": "mu"}
+
+
+def test_a_compiled_model_gives_its_group_s_location_and_log_scale(compiled):
+    path = stan_test_model("hierarchical_intercept")
+    rng = np.random.default_rng(0)
+    data = {"N": 50, "J": 4, "g": rng.integers(1, 5, size=50), "y": rng.normal(size=50)}
+    model = stan_dp.RowModel(compiled(path), data)
+    names = model.param_names   # mu, tau, a.1 .. a.4, sigma
+    members = tuple(j for j, n in enumerate(names) if n.startswith("a."))
+    assert model.hierarchical_hyperparameters == ((members, (names.index("mu"),), (names.index("tau"),)),)
+
+
+def _varying(seed: int, n: int = 300) -> VaryingIntercept:
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, J, n)
+    density = VaryingIntercept(1.5 + 0.3 * rng.normal(size=J)[g] + rng.normal(size=n), g, J)
+    # the group a_1 .. a_J, its location mu and its scale's log, log tau
+    density.hierarchical_hyperparameters = ((tuple(range(2, 2 + J)), (0,), (1,)),)
+    return density
+
+
+def test_the_scales_against_their_closed_forms():
+    density = _varying(0)
+    theta = np.array([0.4, np.log(0.7), 1.2, 1.9, 1.1, 1.6, 1.3, 2.0, 0.1])
+    tau = 0.7
+    placeholder = np.full(density.dim, 0.05)
+    at_floor = np.array([True, True, False, False, False, False, False, False, True])
+    out = groups.hyperparameter_scale(density, theta, placeholder, at_floor, 1e-4)
+    # mu: the prior's conditional sd, J / tau^2 from the group and 1e-4 from mu ~ normal(0, 100);
+    # log tau: the Fisher information 2 J, whatever the elements' spread
+    np.testing.assert_allclose(out[:2], [1 / np.sqrt(J / tau**2 + 1e-4), 1 / np.sqrt(2 * J)], rtol=1e-5)
+    # every other coordinate keeps its scale, at the floor (log sigma here) or not
+    np.testing.assert_array_equal(out[2:], placeholder[2:])
+    # where the elements have not separated (S = 0) log tau's scale is the same: the observed
+    # curvature 2 S / tau^2 would vanish there (the funnel's neck)
+    flat = theta.copy()
+    flat[2:-1] = flat[0]
+    assert groups.hyperparameter_scale(density, flat, placeholder, at_floor, 1e-4)[1] == 1 / np.sqrt(2 * J)
+    # at most the floor's unit scale: a wide tau makes mu's prior sd wide
+    wide = theta.copy()
+    wide[1] = np.log(50.0)
+    assert groups.hyperparameter_scale(density, wide, placeholder, at_floor, 1e-4)[0] == 1.0
+    # nothing where some element of the group is at the floor (its rows too few to scale it):
+    # the elements then stay at one level for many rounds
+    some = at_floor.copy()
+    some[4] = True
+    np.testing.assert_array_equal(groups.hyperparameter_scale(density, theta, placeholder, some, 1e-4),
+                                  placeholder)
+
+
+def test_the_fisher_information_of_log_tau_is_2j_by_monte_carlo():
+    """The exact prior's curvature in ``log tau`` less the half-normal prior's own part, averaged
+    over 4,000 draws ``a_j ~ normal(mu, tau)``: its mean is ``2 J`` within 4 Monte Carlo sds (per
+    draw it is ``2 S / tau^2``, ``2 chi2_J``, sd ``2 sqrt(2 J)``)."""
+    density = _varying(4)
+    rng = np.random.default_rng(5)
+    mu, tau, draws = 0.3, 1.7, 4000
+    curvature = np.empty(draws)
+    for k in range(draws):
+        theta = np.concatenate([[mu, np.log(tau)], mu + tau * rng.normal(size=J), [0.0]])
+        p = prior_neg_hessian(density, theta, np.eye(density.dim), 1e-4)[1, 1]
+        curvature[k] = p - 2.0 * (tau / 10.0) ** 2   # tau ~ normal+(0, 10) in log tau
+    se = 2.0 * np.sqrt(2.0 * J) / np.sqrt(draws)
+    assert abs(curvature.mean() - 2.0 * J) < 4.0 * se
+
+
+def test_nothing_changes_without_declared_hyperparameters_or_off_the_floor():
+    density = _varying(1)
+    theta = np.zeros(density.dim)
+    theta[2:-1] = 1.0
+    scale = np.linspace(0.1, 0.9, density.dim)
+    assert groups.hyperparameter_scale(density, theta, scale, np.zeros(density.dim, bool), 1e-4) is scale
+    del density.hierarchical_hyperparameters
+    assert groups.hyperparameter_scale(density, theta, scale, np.ones(density.dim, bool), 1e-4) is scale
+
+
+def test_the_newton_rounds_start_with_it(monkeypatch):
+    """The frame the rounds start in (``newton.private_mode``'s initial scale) holds the prior's
+    scales for ``mu`` and ``log tau``: the same run without the declaration holds them to the
+    widest measured scale, narrower, and every other column is the same (3,000 rows in 6 groups:
+    every group effect has a scale of its own)."""
+    density = _varying(2, 3000)
+    frames = []
+    real = newton._oriented_frame
+
+    def spy(holder, theta, frame, *args, **kwargs):
+        frames.append((theta.copy(), frame.copy()))
+        return real(holder, theta, frame, *args, **kwargs)
+
+    monkeypatch.setattr(newton, "_oriented_frame", spy)
+    settings = AdaptationSettings(orient=True, rounds=2, far_rounds=0)
+    for declared in (True, False):
+        if not declared:
+            del density.hierarchical_hyperparameters
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stan_dp.sample(density, epsilon=16.0, delta=1e-5, seed=3, progress=False, chains=1, draws=20,
+                           settings=settings)
+    (theta, with_prior), (_, without) = frames
+    p = prior_neg_hessian(density, theta, np.eye(density.dim), 1e-4)[0, 0]
+    np.testing.assert_allclose(np.diag(with_prior)[:2], [min(1.0, 1 / np.sqrt(p)), 1 / np.sqrt(2 * J)],
+                               rtol=1e-3)
+    assert np.all(np.diag(without)[:2] < np.diag(with_prior)[:2])
+    np.testing.assert_array_equal(with_prior[:, 2:], without[:, 2:])
