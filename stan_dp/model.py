@@ -252,12 +252,7 @@ class ZeroRowPart:
         them all by the same amount leaves their sampling statement unchanged; the private search
         moves along that direction (:mod:`stan_dp.adaptation.groups`).  Empty where the names are
         not known, and without a vector of fewer than two elements."""
-        out = []
-        for vector, location in self.hierarchical_locations.items():
-            members, at = self._coordinates_of((vector,)), self._coordinates_of((location,))
-            if members.sum() >= 2 and at.sum() == 1:
-                out.append((tuple(int(j) for j in np.flatnonzero(members)), int(np.flatnonzero(at)[0])))
-        return tuple(out)
+        return tuple((members, location[0]) for members, location, _ in self.hierarchical_hyperparameters)
 
     @property
     def hierarchical_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
@@ -276,7 +271,7 @@ class ZeroRowPart:
             location = self._coordinates_of((stmt.location,))
             scale = (self._coordinates_of((stmt.scale,)) if stmt.scale and stmt.family == "normal"
                      else np.zeros_like(members))
-            if members.sum() >= 2 and location.sum() == 1 and scale.sum() <= 1:
+            if members.sum() >= 2 and location.sum() == 1:   # a scalar scale: at most one coordinate
                 out.append((tuple(int(j) for j in np.flatnonzero(members)),
                             tuple(int(j) for j in np.flatnonzero(location)),
                             tuple(int(j) for j in np.flatnonzero(scale))))

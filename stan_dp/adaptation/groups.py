@@ -161,22 +161,23 @@ def hyperparameter_scale(density: Any, theta: np.ndarray, scale: np.ndarray, at_
     declared = getattr(density, "hierarchical_hyperparameters", None) or ()
     d = theta.size
     at_floor = np.asarray(at_floor, dtype=bool)
-    target = np.full(d, np.nan)
+    target = np.full(d, np.nan)              # log sigma's Fisher scale
+    locations = np.zeros(d, dtype=bool)      # the locations, at the prior's conditional sd
     for members, location, log_scale in declared:
         members, location, log_scale = (np.asarray(v, dtype=int) for v in (members, location, log_scale))
         coordinates = np.concatenate([members, location, log_scale])
         if (members.size < 2 or not np.all((coordinates >= 0) & (coordinates < d))
                 or at_floor[members].any()):
             continue
-        target[location] = -1.0   # the prior's conditional sd, computed below
+        locations[location] = True
         target[log_scale] = 1.0 / math.sqrt(2.0 * members.size)
-    held = at_floor & ~np.isnan(target)
+    held = at_floor & (locations | ~np.isnan(target))
     if not held.any():
         return scale
-    if np.any(held & (target < 0)):
+    if np.any(held & locations):
         p = np.diag(prior_neg_hessian(density, theta, np.eye(d), h))
         with np.errstate(divide="ignore", invalid="ignore"):
             prior_sd = np.where(p > 0.0, 1.0 / np.sqrt(p), np.nan)
-        target = np.where(target < 0, prior_sd, target)
+        target = np.where(locations, prior_sd, target)
     use = held & np.isfinite(target)
     return np.where(use, np.minimum(target, 1.0), scale)

@@ -371,8 +371,9 @@ def trimmed_pool(pool: list[dict[str, Any]], pooled: _Pooled, frame: np.ndarray,
 
     Post-processing of the rounds' releases.
     """
-    kept = [r for r in pool if _distance(r["theta"], pooled) <= reach]
-    if not kept and len(pool) > 1 and all(_distance(r["theta"], pooled) > _reach(r, pooled) for r in pool):
+    distances = [_distance(r["theta"], pooled) for r in pool]
+    kept = [r for r, far in zip(pool, distances) if far <= reach]
+    if not kept and len(pool) > 1 and all(far > _reach(r, pooled) for r, far in zip(pool, distances)):
         last = pool[-1:]
         return last, _pooled_estimate(last, frame), True
     if kept and len(kept) < len(pool):
