@@ -139,13 +139,17 @@ def test_the_newton_rounds_start_with_it(monkeypatch):
 
     monkeypatch.setattr(newton, "_oriented_frame", spy)
     settings = AdaptationSettings(orient=True, rounds=2, far_rounds=0)
+    fits = []
     for declared in (True, False):
         if not declared:
             del density.hierarchical_hyperparameters
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            stan_dp.sample(density, epsilon=16.0, delta=1e-5, seed=3, progress=False, chains=1, draws=20,
-                           settings=settings)
+            fits.append(stan_dp.sample(density, epsilon=16.0, delta=1e-5, seed=3, progress=False, chains=1,
+                                       draws=20, settings=settings))
+    # no release added: the same releases at the same noise, the same budget spent
+    assert fits[0].attrs["release_summary"] == fits[1].attrs["release_summary"]
+    assert fits[0].attrs["epsilon_spent"] == fits[1].attrs["epsilon_spent"]
     (theta, with_prior), (_, without) = frames
     p = prior_neg_hessian(density, theta, np.eye(density.dim), 1e-4)[0, 0]
     np.testing.assert_allclose(np.diag(with_prior)[:2], [min(1.0, 1 / np.sqrt(p)), 1 / np.sqrt(2 * J)],
