@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import mpmath
@@ -138,10 +139,30 @@ def throwing_model(throwing_library):
     return RowModel(throwing_library, throwing_data(), check=False)
 
 
+def revealed(needle: str, text: str) -> bool:
+    """Whether ``text`` quotes ``needle``; a number counts only as a whole number.
+
+    "150" inside the digits of a timestamp ("...23.762150+00:00", ArviZ's
+    ``created_at``) or of another number is not the row's value.
+    """
+    if needle.lstrip("-").isdigit():
+        return re.search(rf"(?<![\w.]){re.escape(needle)}(?!\d)", text) is not None
+    return needle in text
+
+
 def assert_nothing_revealing(texts: list[str]) -> None:
     for text in texts:
         for needle in REVEALING:
-            assert needle not in text, f"{needle!r} in {text!r}"
+            assert not revealed(needle, text), f"{needle!r} in {text!r}"
+
+
+def test_a_revealed_number_is_a_whole_number():
+    assert revealed("150", "index k = 150 is out of range")
+    assert revealed("150", "value 150.0")
+    assert revealed("-5", "size -5 does not match")
+    assert not revealed("150", "2026-11-29T22:10:23.762150+00:00")
+    assert not revealed("150", "0.1502 and 1501")
+    assert not revealed("-5", "delta 1e-5, 1e-05 or -50")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
