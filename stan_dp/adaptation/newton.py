@@ -111,7 +111,7 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import (group_directions, group_locations, grouped_frame,
-                                       hyperparameter_scale)
+                                       hyperparameter_scale, hyperparameters_at_expected_mode)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
@@ -506,8 +506,10 @@ def private_mode(
         if pooled.resolved:
             mode, noise_cov, curvature = _exact_prior_mode(density, pooled, frame, s.fd_step,
                                                            rowless=~data_coordinates)
-        else:   # an unresolved pool's quadratic model is not trusted beyond its one-step estimates
-            mode, noise_cov, curvature = pooled.mode, pooled.noise_cov, pooled.curvature
+        else:   # an unresolved pool's quadratic model is not trusted beyond its one-step estimates;
+            # a group's location and scale, which no row depends on, at the expected prior's mode
+            mode, noise_cov, curvature = hyperparameters_at_expected_mode(density, pooled, frame, s.fd_step,
+                                                                          data_coordinates)
         used, settled = len(pool), pooled.resolved
     else:
         last = [r for r in rounds if "one_step" in r][-1:]

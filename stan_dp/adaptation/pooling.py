@@ -116,7 +116,8 @@ def _absolute_eigen(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: float,
-                      rowless: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      rowless: np.ndarray | None = None,
+                      only: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Put the coordinates the prior holds at their exact conditional mode (settled searches).
 
     The pooled one-step estimates use the prior's curvature averaged over the
@@ -135,6 +136,13 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     the new point) the noise covariance is ``L Sigma L'``, ``L`` the
     identity on ``R`` and ``J`` on ``S``.  The curvature is recomputed with
     the prior's at the new point.  Post-processing of released values only.
+
+    With ``only`` (a mask) no other coordinate is held, and the trust region of each held
+    coordinate is the wider of its pooled sd and its sd under the exact prior's curvature: an
+    unresolved pool's curvature along a coordinate no row depends on is its noise floor, which
+    says nothing about how far the prior's conditional mode is (the search then stopped a tenth
+    of the way there after :data:`POLISH_ITERATIONS`;
+    :func:`~stan_dp.adaptation.groups.hyperparameters_at_expected_mode`).
 
     Returns the mode, its noise covariance and the curvature (theta space);
     the pooled estimate unchanged when no coordinate is held by the prior, the
@@ -163,6 +171,8 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     rowless = np.zeros(prior_diag.size, dtype=bool) if rowless is None else np.asarray(rowless)
     prior_holds = (prior_diag > HELD_NOISE_SDS * noise) | (rowless & (prior_diag > 0.0))
     held = (np.abs(np.diag(mean_hess)) < HELD_NOISE_SDS * noise) & prior_holds & np.isfinite(prior_diag)
+    if only is not None:
+        held &= np.asarray(only, dtype=bool)
     if not held.any() or held.all():
         return unchanged
     theta = pooled.mode.copy()
@@ -170,6 +180,8 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     if not np.isfinite(value):
         return unchanged
     scale = np.sqrt(np.diag(pooled.curvature)[held]) ** -1.0   # the held coordinates' sds
+    if only is not None:
+        scale = np.maximum(scale, prior_diag[held] ** -0.5)
     converged = False
     for _ in range(POLISH_ITERATIONS):
         lam, q = _absolute_eigen(prior_theta(theta)[np.ix_(held, held)])
