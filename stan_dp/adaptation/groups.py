@@ -261,9 +261,8 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
     rows, epsilon = 16: ``log sigma_a`` 2.9-5.8 sds above the posterior in 23 of 24 runs, the
     worst coordinate in 16).  Their conditional mode at the elements' point estimate (the prior alone,
     ``V = 0``) overshoots to the other side, 0.3-6.3 sds below in 22 of 24 runs: the estimates are
-    less spread than the
-    elements (``S`` too small: the funnel's neck), and with every element at one level it would
-    send ``sigma`` to 0.  Averaging over the elements' uncertainty adds ``V`` to ``S``: ``radon``
+    less spread than the elements (``S`` too small: the funnel's neck), and with every element at
+    one level it would send ``sigma`` to 0.  Averaging over the elements' uncertainty adds ``V`` to ``S``: ``radon``
     median worst error 5.08 -> 3.30 sds (24 runs), ``hierarchical-centred`` 3.25 -> 2.40,
     ``radon-slopes`` 4.84 -> 4.65 (docs/adaptation.md §3, "An unsettled search's hyperparameters").
     Post-processing of released values and the public program: no release.
