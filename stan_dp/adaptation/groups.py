@@ -116,6 +116,19 @@ def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group
     return out, grouped
 
 
+def _declared_hyperparameters(density: Any, d: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The density's ``hierarchical_hyperparameters`` as integer arrays ``(members, location,
+    log_scale)``, each group checked (at least two elements, every index within ``d``); ``[]``
+    where it declares none."""
+    out = []
+    for members, location, log_scale in getattr(density, "hierarchical_hyperparameters", None) or ():
+        members, location, log_scale = (np.asarray(v, dtype=int) for v in (members, location, log_scale))
+        coordinates = np.concatenate([members, location, log_scale])
+        if members.size >= 2 and np.all((coordinates >= 0) & (coordinates < d)):
+            out.append((members, location, log_scale))
+    return out
+
+
 def hyperparameter_scale(density: Any, theta: np.ndarray, scale: np.ndarray, at_floor: np.ndarray,
                          h: float) -> np.ndarray:
     """``scale`` with a group's location and scale that no row depends on at the prior's scale.
@@ -164,16 +177,12 @@ def hyperparameter_scale(density: Any, theta: np.ndarray, scale: np.ndarray, at_
     (``radon``, 50 rows a county at 1,000 rows) the elements stay at one level for many rounds.
     Public: the program, released verdicts and the prior at a released point.
     """
-    declared = getattr(density, "hierarchical_hyperparameters", None) or ()
     d = theta.size
     at_floor = np.asarray(at_floor, dtype=bool)
     target = np.full(d, np.nan)              # log sigma's Fisher scale
     locations = np.zeros(d, dtype=bool)      # the locations, at the prior's conditional sd
-    for members, location, log_scale in declared:
-        members, location, log_scale = (np.asarray(v, dtype=int) for v in (members, location, log_scale))
-        coordinates = np.concatenate([members, location, log_scale])
-        if (members.size < 2 or not np.all((coordinates >= 0) & (coordinates < d))
-                or at_floor[members].any()):
+    for members, location, log_scale in _declared_hyperparameters(density, d):
+        if at_floor[members].any():
             continue
         locations[location] = True
         target[log_scale] = 1.0 / math.sqrt(2.0 * members.size)
@@ -268,26 +277,18 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
     Post-processing of released values and the public program: no release.
     """
     d = frame.shape[0]
-    declared = getattr(density, "hierarchical_hyperparameters", None) or ()
-    unchanged = (pooled.mode, pooled.noise_cov, pooled.curvature)
-    if not declared:
-        return unchanged
+    declared = _declared_hyperparameters(density, d)
+    hyper = np.zeros(d, dtype=bool)
+    for _, location, log_scale in declared:
+        hyper[location] = True
+        hyper[log_scale] = True
+    hyper &= ~np.asarray(data_coordinates, dtype=bool)
+    if not hyper.any():
+        return pooled.mode, pooled.noise_cov, pooled.curvature
     with np.errstate(all="ignore"):
         variance = np.diag(np.linalg.pinv(pooled.curvature) + pooled.noise_cov)
     variance = np.where(np.isfinite(variance), np.maximum(variance, 0.0), 0.0)
-    hyper = np.zeros(d, dtype=bool)
-    spreads = []
-    for members, location, log_scale in declared:
-        members, location, log_scale = (np.asarray(v, dtype=int) for v in (members, location, log_scale))
-        if not np.all((np.concatenate([members, location, log_scale]) >= 0)
-                      & (np.concatenate([members, location, log_scale]) < d)):
-            continue
-        hyper[location] = True
-        hyper[log_scale] = True
-        spreads.extend((int(u), float(np.sum(variance[members]))) for u in log_scale)
-    hyper &= ~np.asarray(data_coordinates, dtype=bool)
-    if not hyper.any():
-        return unchanged
-    spreads = [(u, v) for u, v in spreads if hyper[u]]
+    spreads = [(int(u), float(np.sum(variance[members])))
+               for members, _, log_scale in declared for u in log_scale if hyper[u]]
     return _exact_prior_mode(ExpectedGroupPrior(density, spreads), pooled, frame, h,
                              rowless=hyper, only=hyper)
