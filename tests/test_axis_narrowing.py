@@ -77,7 +77,7 @@ def _wide_pool(rounds: int, sd_h: float, read: float) -> tuple[list[dict], np.nd
     frame = np.diag([1.0, 1.0, 3.0])
     inv = np.linalg.inv(frame)
     released = np.diag([1.0, 1.0, read])   # in the frame
-    pool = [{"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": frame @ frame.T / 0.01,
+    pool = [{"theta": np.zeros(d), "grad": np.zeros(d), "grad_sd": 0.1,
              "hess": inv.T @ released @ inv, "prior_hess": np.zeros((d, d)), "sd_h": sd_h, "frame": frame,
              "data_coordinates": np.ones(d, dtype=bool),
              "hess_diag_sd": pooling.curvature_diagonal_sd(sd_h, inv)} for _ in range(rounds)]

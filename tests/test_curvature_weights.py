@@ -20,7 +20,7 @@ from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
 def _round(frame: np.ndarray, sd_h: float, data_coordinates: np.ndarray | None = None) -> dict:
     d = frame.shape[0]
     data_coordinates = np.ones(d, dtype=bool) if data_coordinates is None else data_coordinates
-    return {"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": frame @ frame.T,
+    return {"theta": np.zeros(d), "grad": np.zeros(d), "grad_sd": 1.0,
             "hess": np.eye(d), "prior_hess": np.zeros((d, d)), "sd_h": sd_h, "frame": frame,
             "data_coordinates": data_coordinates,
             "hess_diag_sd": pooling.curvature_diagonal_sd(sd_h, np.linalg.inv(frame))}

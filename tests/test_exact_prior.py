@@ -146,7 +146,7 @@ def test_pooled_curvature_noise_follows_each_rounds_frame():
     pool = []
     for a, s in zip(frames, sds):
         inv = np.linalg.inv(a)
-        pool.append({"theta": np.zeros(d), "grad": np.zeros(d), "grad_precision": np.eye(d),
+        pool.append({"theta": np.zeros(d), "grad": np.zeros(d), "grad_sd": 1.0,
                      "hess": np.eye(d), "prior_hess": np.zeros((d, d)), "sd_h": s, "frame": a,
                      "data_coordinates": np.ones(d, dtype=bool),
                      "hess_diag_sd": pooling.curvature_diagonal_sd(s, inv)})

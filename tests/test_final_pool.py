@@ -50,7 +50,7 @@ def _rounds(layout, rng: np.random.Generator, lag: np.ndarray | None = None) -> 
         grad = H @ (MODE - theta) + inv.T @ (s * rng.normal(size=D))
         if lag is not None:
             grad = grad + H @ lag[k]
-        out.append({"theta": theta, "grad": grad, "grad_precision": frame @ frame.T / s**2,
+        out.append({"theta": theta, "grad": grad, "grad_sd": s,
                     "hess": H.copy(), "prior_hess": np.zeros((D, D)), "sd_h": 1e-9,
                     "frame": frame, "data_coordinates": np.ones(D, dtype=bool),
                     "hess_diag_sd": pooling.curvature_diagonal_sd(1e-9, inv)})
@@ -182,7 +182,7 @@ def test_rounds_gone_to_infinity_are_judged_without_raising():
         kept = pooling._final_rounds(rounds[-1:], rounds, np.eye(D))
     assert kept[-1] is rounds[-1] and all(any(r is k for r in rounds) for k in kept)
     rounds = _rounds([(h_root, 6.0, MODE + 6.0 * h_root @ rng.normal(size=D)) for _ in range(K)], rng)
-    rounds[0]["grad_precision"] = np.full((D, D), np.nan)
+    rounds[0]["grad_sd"] = np.nan
     assert pooling._final_rounds(rounds[-1:], rounds, np.eye(D)) == rounds[-1:]
 
 

@@ -23,7 +23,7 @@ def _round(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray, sd_h: float = 
     noise) and curvature ``hess`` with noise sd ``sd_h``."""
     frame = np.eye(D)
     return {"theta": np.asarray(theta, float), "grad": np.asarray(grad, float),
-            "grad_precision": frame @ frame.T / 1e-6**2, "hess": np.asarray(hess, float),
+            "grad_sd": 1e-6, "hess": np.asarray(hess, float),
             "prior_hess": np.zeros((D, D)), "sd_h": sd_h, "frame": frame,
             "data_coordinates": np.ones(D, dtype=bool),
             "hess_diag_sd": pooling.curvature_diagonal_sd(sd_h, np.linalg.inv(frame))}

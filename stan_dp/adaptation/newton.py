@@ -460,7 +460,6 @@ def private_mode(
                 # the noise of a single round.
                 pool.append({"theta": theta.copy(), "grad": inv_frame.T @ grad,
                              "level": release_level, "grad_sd": sd_g,
-                             "grad_precision": frame @ frame.T / sd_g**2,
                              "hess": inv_frame.T @ h_rel @ inv_frame,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h,
                              "frame": used_frame, "data_coordinates": data_coordinates,

@@ -271,13 +271,18 @@ def curvature_weights(pool: list[dict[str, Any]], frame: np.ndarray) -> tuple[np
     if not mask.any():   # no coordinate's scale was found: compare every direction
         mask = np.ones_like(mask)
 
-    def precision(a: np.ndarray) -> np.ndarray:
-        inv = np.linalg.inv(a)
-        return (inv.T @ inv)[np.ix_(mask, mask)]
+    # v = E w (E the masked coordinates' columns): v' P v = |A^-1 E w|^2.  With F^-1 E = Q R,
+    # w = R^-1 z turns the ratio into |A_k^-1 E R^-1 z|^2 / |z|^2, whose top is the largest
+    # singular value squared; solved from the frames, never from P (ill-conditioned in theta space
+    # where the frames span many decades: _gradient_noise_root)
+    columns = np.eye(frame.shape[0])[:, mask]
+    _, r_current = np.linalg.qr(np.linalg.solve(frame, columns))
 
-    current = precision(frame)
-    amplification = np.array([float(linalg.eigh(precision(r["frame"]), current, eigvals_only=True)[-1])
-                              for r in pool])
+    def ratio(a: np.ndarray) -> float:
+        m = linalg.solve_triangular(r_current.T, np.linalg.solve(a, columns).T, lower=True).T
+        return float(np.linalg.norm(m, 2) ** 2)
+
+    amplification = np.array([ratio(r["frame"]) for r in pool])
     kept = amplification <= AMPLIFICATION_MAX * amplification.min()
     weight = kept / kept.sum()
     return weight, math.sqrt(float(np.sum(weight * np.array([r["sd_h"] for r in pool]) ** 2)) / kept.sum())
@@ -419,10 +424,14 @@ quantile of its chi-squared law."""
 def _noise_distance(round_: dict[str, Any], pooled: _Pooled) -> float:
     """Root of the expected squared distance (pooled metric) of a round's one-step estimate from
     the mode by its release's noise alone: ``e = theta + H^-1 g`` has noise covariance
-    ``H^-1 S H^-1`` (``S`` the released gradient's, the inverse of ``grad_precision``), so
-    ``E |e - mode|_H^2 = trace(S H^-1)``."""
-    noise = np.linalg.pinv(round_["grad_precision"])
-    return math.sqrt(max(float(np.trace(noise @ np.linalg.pinv(pooled.curvature))), 0.0))
+    ``H^-1 S H^-1`` (``S = s^2 (A A')^-1`` the released gradient's, ``A`` the round's frame and
+    ``s`` its noise sd), so ``E |e - mode|_H^2 = trace(S H^-1) = s^2 trace((A' H A)^-1)``, taken in
+    the round's frame, where the pooled curvature is about the identity (in ``theta`` space both
+    matrices spanned 14 decades in ``radon``: _gradient_noise_root)."""
+    frame = round_["frame"]
+    in_frame = frame.T @ pooled.curvature @ frame
+    spread = float(np.trace(np.linalg.pinv(0.5 * (in_frame + in_frame.T))))
+    return float(round_["grad_sd"]) * math.sqrt(max(spread, 0.0))
 
 
 def _reach(round_: dict[str, Any], pooled: _Pooled) -> float:
@@ -489,7 +498,7 @@ def _final_rounds(pool: list[dict[str, Any]], streak: list[dict[str, Any]],
         return pool
     own = _pooled_estimate(pool, frame)
     if not (np.all(np.isfinite(own.curvature)) and np.all(np.isfinite(own.noise_cov))
-            and all(np.all(np.isfinite(r["grad_precision"])) for r in streak)):
+            and all(np.all(np.isfinite(r["frame"])) and math.isfinite(r["grad_sd"]) for r in streak)):
         return pool   # a search gone to infinity: nothing to judge the rounds by
     ids = {id(r) for r in pool}
     admitted = [r for r in streak if id(r) in ids or _distance(r["theta"], own) <= _reach(r, own)]
@@ -532,6 +541,23 @@ DISPERSION_QUANTILE = 0.99
 """The final pooling (:func:`_pooled_estimate` with ``random_effects``) turns to random effects
 where the rounds' disagreement ``Q`` exceeds this quantile of its chi-squared law under the noise
 alone (so that 1 % of runs whose rounds differ by their noise alone are pooled that way too)."""
+
+
+def _gradient_noise_root(round_: dict[str, Any], frame: np.ndarray) -> np.ndarray:
+    """``R = F^-1 A / s``: ``R R'`` is a round's released-gradient precision in the units
+    ``u = F^-1 theta`` of ``frame`` (``F``).
+
+    The round released its gradient in its own frame ``A`` (``round_["frame"]``) with isotropic
+    noise sd ``s`` (``round_["grad_sd"]``): in ``theta`` space the noise has precision
+    ``A A' / s^2``, and the gradient in ``u`` (``F' g``) has ``(F^-1 A)(F^-1 A)' / s^2``.  Solved
+    from ``A``, never formed in ``theta`` space: where the frames span many decades (``radon``'s
+    county axes, a count search's floor) ``A A'`` and the pooled precision ``H A A' H`` had
+    condition numbers near 1e14, their pseudo-inverse lost every digit along the weak directions,
+    and a pool in the ``radon-slopes`` battery (1,000 rows, epsilon = 16, data set 1, noise seed
+    11) reported noise variances 470 times too small on two coordinates and a negative one on a
+    third; in ``u`` the same precision has a condition number of 1.3-20.
+    """
+    return np.linalg.solve(frame, round_["frame"]) / float(round_["grad_sd"])
 
 
 def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
@@ -585,14 +611,19 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     curvature = 0.5 * (curvature + curvature.T)
     # H^-1 = A Q diag(1/lam_step) Q' A' (uncapped: the one-step estimates are Newton's)
     h_inv = (frame @ q / lam_step) @ (frame @ q).T
+    # the weights and their sum in the frame's units u = A^-1 theta (_gradient_noise_root)
+    curvature_f = (q * lam) @ q.T
+    h_inv_f = (q / lam_step) @ q.T
     precision = np.zeros((d, d))
     weighted = np.zeros(d)
     for r in pool:
-        p = curvature @ r["grad_precision"] @ curvature
+        root = curvature_f @ _gradient_noise_root(r, frame)
+        p = root @ root.T
         precision += p
-        weighted += p @ (r["theta"] + h_inv @ r["grad"])
-    noise_cov = np.linalg.pinv(precision)
-    mode = noise_cov @ weighted
+        weighted += p @ (np.linalg.solve(frame, r["theta"]) + h_inv_f @ (frame.T @ r["grad"]))
+    cov_f = np.linalg.pinv(precision)
+    noise_cov = frame @ cov_f @ frame.T
+    mode = frame @ (cov_f @ weighted)
     diag_sd = np.sqrt(np.sum([(w * r["hess_diag_sd"]) ** 2 for w, r in zip(weights, pool)], axis=0))
     # the next frame also narrows the axes whose pooled diagonal resolves a curvature above
     # AXIS_NARROW_MIN (_axis_narrowing; the curvature, covariance and one-step estimates keep the
@@ -609,7 +640,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
         root = _next_frame(frame, lam, q)
         inv_root = np.linalg.inv(root)
         steps = np.array([inv_root @ (r["theta"] + h_inv @ r["grad"] - mode) for r in pool])
-        covs = [np.linalg.pinv(inv_root @ r["grad_precision"] @ inv_root.T) for r in pool]
+        covs = [np.linalg.pinv(g @ g.T) for g in (_gradient_noise_root(r, root) for r in pool)]
         dof = d * (len(pool) - 1)
         q_fixed = _dispersion_q(steps, covs, 0.0)[0]
         dispersion = q_fixed / dof
