@@ -15,8 +15,10 @@ gradient median and vote are an intercept's.  The model declares these groups
   (:mod:`stan_dp.adaptation.newton`);
 * :func:`hyperparameter_scale`, the initial scale of a group's location and scale, which no row
   depends on, from the exact prior where every element has a scale of its own;
-* :func:`hyperparameters_at_expected_mode`, where the search ends unsettled: the group's location
-  and scale at the mode of the exact prior averaged over the elements' Gaussian approximation
+* :func:`element_axes_widened`, where the search ends unsettled: the elements' axes of the final
+  pool's frame widened to the curvature their own diagonal entries read;
+* :func:`hyperparameters_at_expected_mode`, then: the group's location and scale at the mode of
+  the exact prior averaged over the elements' Gaussian approximation
   (:class:`ExpectedGroupPrior`, one EM step).
 
 All are post-processing of the program and of released values; a density that declares no
@@ -31,12 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from scipy import stats
+
 from stan_dp.adaptation.curvature import prior_neg_hessian
-from stan_dp.adaptation.pooling import _exact_prior_mode, _Pooled
+from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
+from stan_dp.adaptation.pooling import AXIS_FAMILYWISE, _exact_prior_mode, _Pooled
 from stan_dp.density import prior_gradient
 
-__all__ = ["ExpectedGroupPrior", "group_directions", "group_locations", "grouped_frame",
-           "hyperparameter_scale", "hyperparameters_at_expected_mode"]
+__all__ = ["ExpectedGroupPrior", "element_axes_widened", "group_directions", "group_locations",
+           "grouped_frame", "hyperparameter_scale", "hyperparameters_at_expected_mode"]
 
 
 def group_locations(density: Any, d: int) -> list[tuple[np.ndarray, int]]:
@@ -292,3 +297,78 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
                for members, _, log_scale in declared for u in log_scale if hyper[u]]
     return _exact_prior_mode(ExpectedGroupPrior(density, spreads), pooled, frame, h,
                              rowless=hyper, only=hyper)
+
+
+ELEMENT_WIDENING_MAX = 2.0
+"""Most :func:`element_axes_widened` widens an element's axis (its diagonal read down to
+``ELEMENT_WIDENING_MAX ** -2``)."""
+
+
+def element_axes_widened(density: Any, pooled: _Pooled, frame: np.ndarray) -> np.ndarray:
+    """Per axis of an unresolved final pool's frame, the factor (at least 1) that widens a group
+    element's axis to the curvature its own diagonal entry reads.
+
+    Parameters
+    ----------
+    density : RowDensity
+        Declares ``hierarchical_hyperparameters`` (read from the program); none declared: all 1.
+    pooled : _Pooled
+        The final pool, taken in ``frame``.
+    frame : ndarray
+        The pooling frame ``A``.
+
+    Returns
+    -------
+    ndarray
+        Per group whose elements' median diagonal ``m`` is below ``1 - k s``: on the axis of
+        each of its elements ``j`` whose own diagonal ``c_j`` is below it too,
+        ``1 / sqrt(max(c_j, m, ELEMENT_WIDENING_MAX ** -2))``; 1 elsewhere.  ``c_j`` is the
+        released data curvature plus the exact prior in frame units, ``s`` the pool's entry noise
+        sd and ``k`` one-sided Bonferroni over the ``d`` axes at
+        :data:`~stan_dp.adaptation.pooling.AXIS_FAMILYWISE` (as
+        :func:`~stan_dp.adaptation.pooling._axis_narrowing`, the other side).  The pool taken
+        again in ``A diag(f)`` divides the elements' gradients by about ``c_j`` instead of the
+        eigenvalue floor 1.
+
+    Why: where the pool is unresolved, every eigenvalue of its curvature is at the floor
+    ``min(1, tau)`` and its one-step estimates divide each direction's gradient by 1 in frame
+    units, the frame's own scale.  The elements' frame comes from the initial scale's count
+    search, which cannot resolve coordinates that depend on 5 % of the rows each, and the floor
+    keeps it: in ``radon`` at 1,000 rows, epsilon = 16 (data set 0, noise seed 12) the counties'
+    frame was half their conditional posterior sd (curvature 0.24 in frame units), every
+    eigenvalue sat at the floor (``tau`` 2.4) in all 8 rounds, each round moved the counties'
+    spread about a tenth of Newton's step, and the search ended with the counties' spread 0.43
+    of the posterior's.  A
+    single diagonal entry's noise is ``s``, not the spectral ``tau`` (``1.5 s sqrt(2 d)``), and
+    pooled over the rounds it reads those curvatures to about 0.09.  Only the final estimate
+    uses it: widening the search's own frame round by round fed back through clipping (a wider
+    axis has larger per-row curvatures, clipped, read lower, widened again: one county's frame
+    grew to 5.4 times its posterior sd and ended 7.6 sds off), and only the elements: a
+    diagonal widening of every axis cost ``earnings`` and ``hetero`` (docs/adaptation.md §7,
+    "Axes widened from the pooled diagonal").  At most 2-fold (a cap at 3 ended one run of six
+    5.5 sds off against 2.0), and no more than the group's median element: a clipped sum under-reads
+    an axis too (its rows' curvatures are at most the bound each), and one county read 0.26 where
+    its group's median was about 1 (``radon``, 3,000 rows, epsilon = 16, data set 0, seed 19):
+    widened alone, the pool's rounds disagreed beyond their noise, the random-effects pooling
+    moved every county, and the run ended 15.1 sds off instead of 2.1.  The elements' frames come
+    from one count search and share its failure; an axis far below its group's median is more
+    likely clipped than too narrow.  Post-processing of released values and the program.
+    """
+    d = frame.shape[0]
+    wider = np.ones(d)
+    declared = _declared_hyperparameters(density, d)
+    if not declared or pooled.prior_curvature is None or not math.isfinite(pooled.tau):
+        return wider
+    entry_sd = pooled.tau / (NOISE_SPECTRAL_FACTOR * math.sqrt(2.0 * d))
+    below = 1.0 - float(stats.norm.isf(AXIS_FAMILYWISE / max(d, 1))) * entry_sd
+    with np.errstate(all="ignore"):
+        c = np.diag(frame.T @ (pooled.data_curvature + pooled.prior_curvature) @ frame)
+    c = np.where(np.isfinite(c), c, np.inf)
+    floor = ELEMENT_WIDENING_MAX ** -2
+    for members, _, _ in declared:
+        typical = float(np.median(c[members]))
+        if not typical < below:
+            continue
+        own = np.minimum(1.0 / np.sqrt(np.maximum(c[members], floor)), 1.0 / math.sqrt(max(typical, floor)))
+        wider[members] = np.where(c[members] < below, own, 1.0)
+    return wider

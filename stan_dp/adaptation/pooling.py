@@ -320,6 +320,9 @@ class _Pooled(NamedTuple):
     upward: np.ndarray | None = None
     """The eigenvector of :attr:`least_curvature` mapped to ``theta`` space (``A q``; unit length in
     the pooling frame), or ``None``."""
+    prior_curvature: np.ndarray | None = None
+    """Mean of the pooled rounds' exact prior curvatures, weighted as :attr:`data_curvature`
+    (theta space), or ``None``."""
 
 
 def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
@@ -649,7 +652,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
             mode = mode + root @ shift
             noise_cov = root @ cov_z @ root.T
     return _Pooled(mode, 0.5 * (noise_cov + noise_cov.T), curvature, next_frame, resolved, mean_hess, tau,
-                   diag_sd, dispersion, heterogeneity, least_curvature, frame @ upward)
+                   diag_sd, dispersion, heterogeneity, least_curvature, frame @ upward, mean_prior)
 
 
 def _least_curvature(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[float, np.ndarray]:
