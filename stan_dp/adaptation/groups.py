@@ -33,11 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from scipy import stats
-
 from stan_dp.adaptation.curvature import prior_neg_hessian
-from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
-from stan_dp.adaptation.pooling import AXIS_FAMILYWISE, _exact_prior_mode, _Pooled
+from stan_dp.adaptation.pooling import _exact_prior_mode, _Pooled, axis_noise_sds
 from stan_dp.density import prior_gradient
 
 __all__ = ["ExpectedGroupPrior", "element_axes_widened", "group_directions", "group_locations",
@@ -324,8 +321,8 @@ def element_axes_widened(density: Any, pooled: _Pooled, frame: np.ndarray) -> np
         each of its elements ``j`` whose own diagonal ``c_j`` is below it too,
         ``1 / sqrt(max(c_j, m, ELEMENT_WIDENING_MAX ** -2))``; 1 elsewhere.  ``c_j`` is the
         released data curvature plus the exact prior in frame units, ``s`` the pool's entry noise
-        sd and ``k`` one-sided Bonferroni over the ``d`` axes at
-        :data:`~stan_dp.adaptation.pooling.AXIS_FAMILYWISE` (as
+        sd (:attr:`~stan_dp.adaptation.pooling._Pooled.entry_sd`) and ``k``
+        :func:`~stan_dp.adaptation.pooling.axis_noise_sds` (as
         :func:`~stan_dp.adaptation.pooling._axis_narrowing`, the other side).  The pool taken
         again in ``A diag(f)`` divides the elements' gradients by about ``c_j`` instead of the
         eigenvalue floor 1.
@@ -359,8 +356,7 @@ def element_axes_widened(density: Any, pooled: _Pooled, frame: np.ndarray) -> np
     declared = _declared_hyperparameters(density, d)
     if not declared or pooled.prior_curvature is None or not math.isfinite(pooled.tau):
         return wider
-    entry_sd = pooled.tau / (NOISE_SPECTRAL_FACTOR * math.sqrt(2.0 * d))
-    below = 1.0 - float(stats.norm.isf(AXIS_FAMILYWISE / max(d, 1))) * entry_sd
+    below = 1.0 - axis_noise_sds(d) * pooled.entry_sd
     with np.errstate(all="ignore"):
         c = np.diag(frame.T @ (pooled.data_curvature + pooled.prior_curvature) @ frame)
     c = np.where(np.isfinite(c), c, np.inf)

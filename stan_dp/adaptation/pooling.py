@@ -36,6 +36,13 @@ times too wide): near it the eigenvalue floor of :func:`_shrunk_eigen` (``min(1,
 widens the narrowed axis again, and the two alternated."""
 
 
+def axis_noise_sds(d: int) -> float:
+    """``k``: how many entry-noise sds a diagonal entry must clear for its axis to narrow
+    (:func:`_axis_narrowing`) or widen (:func:`~stan_dp.adaptation.groups.element_axes_widened`),
+    one-sided Bonferroni over the ``d`` axes at :data:`AXIS_FAMILYWISE`."""
+    return float(stats.norm.isf(AXIS_FAMILYWISE / max(d, 1)))
+
+
 def _axis_narrowing(data: np.ndarray, prior: np.ndarray, entry_sd: float) -> np.ndarray:
     """Per axis of the current frame, the factor (at most 1) that narrows the axes whose own
     diagonal entry of the released curvature resolves a curvature above 1 (post-processing).
@@ -63,7 +70,7 @@ def _axis_narrowing(data: np.ndarray, prior: np.ndarray, entry_sd: float) -> np.
     4,320, where the pool's frame alone left both about as they were (docs/adaptation.md §7).
     """
     d = data.shape[0]
-    k = float(stats.norm.isf(AXIS_FAMILYWISE / max(d, 1)))
+    k = axis_noise_sds(d)
     own = np.where(np.isfinite(np.diag(data)), np.diag(data), 0.0)
     total = own + np.where(np.isfinite(np.diag(prior)), np.diag(prior), 0.0)
     if not (math.isfinite(entry_sd) and entry_sd > 0.0):
@@ -323,6 +330,12 @@ class _Pooled(NamedTuple):
     prior_curvature: np.ndarray | None = None
     """Mean of the pooled rounds' exact prior curvatures, weighted as :attr:`data_curvature`
     (theta space), or ``None``."""
+
+    @property
+    def entry_sd(self) -> float:
+        """Noise sd of one entry of :attr:`data_curvature` in the pooling frame (``tau`` is
+        ``NOISE_SPECTRAL_FACTOR * entry_sd * sqrt(2 d)``)."""
+        return self.tau / (NOISE_SPECTRAL_FACTOR * math.sqrt(2.0 * self.mode.size))
 
 
 def _distance(theta: np.ndarray, pooled: _Pooled) -> float:
@@ -612,18 +625,18 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
     curvature = 0.5 * (curvature + curvature.T)
-    # H^-1 = A Q diag(1/lam_step) Q' A' (uncapped: the one-step estimates are Newton's)
-    h_inv = (frame @ q / lam_step) @ (frame @ q).T
-    # the weights and their sum in the frame's units u = A^-1 theta (_gradient_noise_root)
+    # the one-step estimates, their weights and their sum in the frame's units u = A^-1 theta
+    # (_gradient_noise_root); H^-1 = Q diag(1/lam_step) Q' there (uncapped: Newton's estimates)
     curvature_f = (q * lam) @ q.T
     h_inv_f = (q / lam_step) @ q.T
+    estimates = [np.linalg.solve(frame, r["theta"]) + h_inv_f @ (frame.T @ r["grad"]) for r in pool]
     precision = np.zeros((d, d))
     weighted = np.zeros(d)
-    for r in pool:
+    for r, estimate in zip(pool, estimates):
         root = curvature_f @ _gradient_noise_root(r, frame)
         p = root @ root.T
         precision += p
-        weighted += p @ (np.linalg.solve(frame, r["theta"]) + h_inv_f @ (frame.T @ r["grad"]))
+        weighted += p @ estimate
     cov_f = np.linalg.pinv(precision)
     noise_cov = frame @ cov_f @ frame.T
     mode = frame @ (cov_f @ weighted)
@@ -642,7 +655,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
         # in the pooled posterior frame F (F F' = H^-1), about the fixed-effect mode
         root = _next_frame(frame, lam, q)
         inv_root = np.linalg.inv(root)
-        steps = np.array([inv_root @ (r["theta"] + h_inv @ r["grad"] - mode) for r in pool])
+        steps = np.array([inv_root @ (frame @ estimate - mode) for estimate in estimates])
         covs = [np.linalg.pinv(g @ g.T) for g in (_gradient_noise_root(r, root) for r in pool)]
         dof = d * (len(pool) - 1)
         q_fixed = _dispersion_q(steps, covs, 0.0)[0]
