@@ -118,6 +118,56 @@ def grouped_frame(frame: np.ndarray, groups: list[tuple[np.ndarray, int]], group
     return out, grouped
 
 
+def floor_elements_scaled(scale: np.ndarray, at_floor: np.ndarray, groups: list[tuple[np.ndarray, int]],
+                          group_threshold: np.ndarray, group_at_floor: np.ndarray, depending: np.ndarray,
+                          count_sd: float) -> np.ndarray:
+    """``scale`` with each declared group's elements at the floor scaled from their group's direction
+    (post-processing of released values).
+
+    An element whose released count of depending rows is within its noise (or whose search found
+    no scale) would keep a placeholder, the widest measured scale, which is not a scale of its own.
+    Its rows have the form of its siblings' (the program states them exchangeable), and the
+    group's direction, searched among all of the group's rows, has a released upper quantile
+    ``t_g`` of their curvatures: the element takes ``1 / sqrt(rows_j t_g)``, ``rows_j`` the larger
+    of an upper bound on its own depending rows (its count plus
+    :data:`~stan_dp.adaptation.initial_frame.DEPENDING_LOWER_SDS` noise sds) and its share of the
+    group's (``m_g / J``).  Both err narrow: a row's mean curvature is at most an upper quantile
+    of them for any shape but a heavy upper tail (equal curvatures give exactly ``t_g``; GLM
+    curvatures ``w x^2`` a factor 2.7 less, for which the group's own scale divides by
+    ``chi2_1(0.9)``), and the rows are over-counted where the count is low by noise.  The element
+    stays at the floor (the rows are not known to depend on it): only its scale changes.
+
+    Parameters
+    ----------
+    scale, at_floor : ndarray, shape (d,)
+        The initial scale and floor of every coordinate.
+    groups : list
+        :func:`group_locations`.
+    group_threshold, group_at_floor : ndarray, shape (G,)
+        The released curvature quantile along each group's direction
+        (:attr:`~stan_dp.adaptation.initial_frame.InitialScale.threshold`) and whether its scale is
+        at the floor.
+    depending : ndarray, shape (d + G,)
+        Released counts of depending rows: the coordinates, then the groups' directions.
+    count_sd : float
+        The counts' noise sd.
+    """
+    from stan_dp.adaptation.initial_frame import DEPENDING_LOWER_SDS
+    out = np.array(scale, dtype=float, copy=True)
+    d = out.size
+    for g, (members, _) in enumerate(groups):
+        t_g = float(group_threshold[g])
+        if group_at_floor[g] or not (math.isfinite(t_g) and t_g > 0.0):
+            continue
+        low = members & at_floor
+        if not low.any():
+            continue
+        share = max(float(depending[d + g]), 1.0) / int(np.count_nonzero(members))
+        rows_j = np.maximum(depending[:d][low] + DEPENDING_LOWER_SDS * count_sd, share)
+        out[low] = 1.0 / np.sqrt(rows_j * t_g)
+    return out
+
+
 def _declared_hyperparameters(density: Any, d: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The density's ``hierarchical_hyperparameters`` as integer arrays ``(members, location,
     log_scale)``, each group checked (at least two elements, every index within ``d``); ``[]``

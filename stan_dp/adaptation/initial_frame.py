@@ -364,6 +364,9 @@ class InitialScale(NamedTuple):
     """The released count of rows whose curvature along each direction is above the range's floor."""
     count_sd: float
     """Those counts' noise sd (``z sqrt(directions)``)."""
+    threshold: np.ndarray | None = None
+    """The released upper quantile of the depending rows' curvatures along each direction (after
+    :func:`elements_within_group`)."""
 
 
 def _initial_scale(holder: Any, theta: np.ndarray, n_public: int, s: AdaptationSettings, z: float,
@@ -469,7 +472,7 @@ def initial_scale_release(holder: Any, theta: np.ndarray, n_public: int, s: Adap
     scale = 1.0 / np.sqrt(rows * t / stats.chi2.ppf(1.0 - tail, 1))
     out = np.where(at_floor | ~np.isfinite(scale), 1.0, np.clip(scale, 1e-12, 1e3))
     return InitialScale(_held_to_widest_measured(out, at_floor, ~at_floor & np.isfinite(scale)), at_floor,
-                        np.asarray(depending, dtype=float), count_sd)
+                        np.asarray(depending, dtype=float), count_sd, np.asarray(t, dtype=float))
 
 
 ELEMENT_THRESHOLD_OCTAVES = 1.0
