@@ -131,11 +131,17 @@ def floor_elements_scaled(scale: np.ndarray, at_floor: np.ndarray, groups: list[
     ``t_g`` of their curvatures: the element takes ``1 / sqrt(rows_j t_g)``, ``rows_j`` the larger
     of an upper bound on its own depending rows (its count plus
     :data:`~stan_dp.adaptation.initial_frame.DEPENDING_LOWER_SDS` noise sds) and its share of the
-    group's (``m_g / J``).  Both err narrow: a row's mean curvature is at most an upper quantile
-    of them for any shape but a heavy upper tail (equal curvatures give exactly ``t_g``; GLM
-    curvatures ``w x^2`` a factor 2.7 less, for which the group's own scale divides by
-    ``chi2_1(0.9)``), and the rows are over-counted where the count is low by noise.  The element
-    stays at the floor (the rows are not known to depend on it): only its scale changes.
+    group's (``m_g / J``).  Both err narrow: ``t_g`` is an upper quantile (the rows' mean
+    curvature equals it where every row has the same curvature, and is 2.7 times less for GLM
+    curvatures ``w x^2``, for which the group's own scale divides by ``chi2_1(0.9)``), and the
+    rows are over-counted where the count is low by noise.  The element stays at the floor (the
+    rows are not known to depend on it): only its scale changes.
+
+    Why: at 1,000 rows a county of ``radon`` has ~50 rows against a count-noise sd of ~27, and
+    most counties kept one placeholder scale whatever their rows.  Session 59 tried the group's
+    scale times ``sqrt(J)`` (about the posterior sd: too wide, 1.254 over 24 runs); this one, on
+    the narrow side, took ``radon`` at 1,000 rows, epsilon = 16 from a median of 2.19 to 1.60
+    posterior sds (docs/adaptation.md §3, "Elements too few rows depend on to count").
 
     Parameters
     ----------

@@ -111,8 +111,7 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import (element_axes_widened, floor_elements_scaled, group_directions,
-                                       group_locations,
-                                       grouped_frame, hyperparameter_scale,
+                                       group_locations, grouped_frame, hyperparameter_scale,
                                        hyperparameters_at_expected_mode)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -287,6 +286,7 @@ def private_mode(
     data_coordinates = ~at_floor
     # a group's location and scale that no row depends on: the exact prior's scale (public)
     scale = hyperparameter_scale(density, theta, scale, at_floor, s.fd_step)
+    # a group's elements too few rows depend on to count: the group's quantile over their rows
     scale = floor_elements_scaled(scale, at_floor, declared, initial.threshold[d:], group_at_floor,
                                   initial.depending, initial.count_sd)
     # a group's direction in its location's column, where its elements have no scale; the
