@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from stan_dp.adaptation.curvature import prior_neg_hessian
+from stan_dp.adaptation.initial_frame import DEPENDING_LOWER_SDS
 from stan_dp.adaptation.pooling import _exact_prior_mode, _Pooled, axis_noise_sds
 from stan_dp.density import prior_gradient
 
@@ -158,7 +159,6 @@ def floor_elements_scaled(scale: np.ndarray, at_floor: np.ndarray, groups: list[
     count_sd : float
         The counts' noise sd.
     """
-    from stan_dp.adaptation.initial_frame import DEPENDING_LOWER_SDS
     out = np.array(scale, dtype=float, copy=True)
     d = out.size
     for g, (members, _) in enumerate(groups):

@@ -364,7 +364,7 @@ class InitialScale(NamedTuple):
     """The released count of rows whose curvature along each direction is above the range's floor."""
     count_sd: float
     """Those counts' noise sd (``z sqrt(directions)``)."""
-    threshold: np.ndarray | None = None
+    threshold: np.ndarray
     """The released upper quantile of the depending rows' curvatures along each direction (after
     :func:`elements_within_group`)."""
 
@@ -543,13 +543,12 @@ def elements_within_group(t: np.ndarray, at_floor: np.ndarray, tail: np.ndarray,
         widen = 2.0 ** ELEMENT_THRESHOLD_OCTAVES
         low, high = t[col] * np.minimum(r, 1.0) / widen, t[col] * np.maximum(r, 1.0) * widen
         inside = ~at_floor[own] & (t[own] >= low) & (t[own] <= high)
-        outside = ~inside
-        if not outside.any():
+        if inside.all():
             continue
         fill = (float(np.exp(np.median(np.log(t[own][inside])))) if inside.any()
                 else t[col] * float(np.exp(np.median(0.5 * np.log(r)))))
-        t[own[outside]] = fill
-        at_floor[own[outside]] = False
+        t[own[~inside]] = fill
+        at_floor[own[~inside]] = False
     return t, at_floor
 
 
