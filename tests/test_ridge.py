@@ -16,7 +16,7 @@ from scipy import stats
 from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR
 from stan_dp.adaptation.initial_frame import unit_diagonal
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum
-from stan_dp.adaptation.ridge import FAMILYWISE, entry_threshold, thresholded_ridges
+from stan_dp.adaptation.ridge import FAMILYWISE, Ridges, apart_from, entry_threshold, thresholded_ridges
 
 
 def _noisy(truth: np.ndarray, sd: float, rng: np.random.Generator) -> np.ndarray:
@@ -186,3 +186,61 @@ def test_a_nan_entry_joins_nothing_and_a_nan_block_reads_no_ridge():
     r[2, 2] = np.nan
     ridges = thresholded_ridges(r, sd)
     assert _groups(ridges) == [[0, 2]] and np.all(np.isnan(ridges.eigenvalues[[0, 2]]))
+
+
+def _varying_intercept_and_slope(rng: np.random.Generator, counties: int = 10, rows: int = 1000,
+                                 share_x: float = 0.8) -> np.ndarray:
+    """Unit-diagonal curvature of a normal model with a varying intercept ``a_j`` and a varying
+    slope ``b_j`` on a binary ``x`` (public shape of ``radon-slopes``), in a frame whose columns
+    are ``a_1..a_J``, ``b_1..b_J`` and the two groups' directions ``U_a = sum_j a_j``,
+    ``U_b = sum_j b_j`` (what ``grouped_frame`` puts in the locations' columns)."""
+    county = rng.integers(0, counties, size=rows)
+    x = (rng.random(rows) < share_x).astype(float)
+    v = np.zeros((rows, 2 * counties + 2))
+    v[np.arange(rows), county] = 1.0
+    v[np.arange(rows), counties + county] = x
+    v[:, 2 * counties], v[:, 2 * counties + 1] = 1.0, x
+    m = v.T @ v
+    diag = np.sqrt(np.diag(m))
+    return m / np.outer(diag, diag)
+
+
+def test_two_groups_directions_are_judged_apart_from_their_elements():
+    # Each group's direction shares rows with each of its elements (entries ~1/sqrt(J)), so
+    # thresholding joins the directions and some elements in one group, whose block carries the
+    # noise of all of them (radon-slopes at 1,000 rows, epsilon = 16: 12 members, tau_G = 1.7,
+    # too large to turn).  Apart from the elements the two directions are a group of two whose block
+    # has the smallest eigenvalue 1 - sqrt(0.8) = 0.106 (x = 1 in 80 % of the rows: the directions'
+    # entry is sum x / sqrt(n sum x^2)); the elements keep their axes.
+    rng = np.random.default_rng(11)
+    truth = _varying_intercept_and_slope(rng)
+    d, sd = truth.shape[0], 0.12
+    elements = np.arange(d) < d - 2
+    exact = 1.0 - truth[d - 2, d - 1]
+    found = 0
+    for _ in range(20):
+        r = _noisy(truth, sd, rng)
+        ridges = thresholded_ridges(r, np.full((d, d), sd))
+        big = [g for g in ridges.groups if {d - 2, d - 1} <= set(int(i) for i in g)]
+        assert len(big) == 1 and big[0].size > 2
+        split, parts = apart_from(ridges, r, np.full((d, d), sd), big[0], elements)
+        assert not any(np.array_equal(g, big[0]) for g in split.groups)
+        assert all(not elements[p].any() for p in parts)
+        if not parts:
+            continue   # noise hid the directions' entry (it is 0.89 against a threshold ~0.45)
+        found += 1
+        assert _groups(Ridges(parts, split.eigenvalues, split.directions, split.noise_norm)) == [[d - 2, d - 1]]
+        pair = np.array([d - 2, d - 1])
+        np.testing.assert_allclose(split.eigenvalues[pair].min(), exact, atol=4 * sd)
+        assert split.noise_norm[d - 1] == pytest.approx(sd * 2.0)   # the noise of a block of two
+        # the group's elements: axes, eigenvalue 1, no noise; other groups untouched; the
+        # directions orthonormal
+        inside = big[0][elements[big[0]]]
+        np.testing.assert_array_equal(split.directions[:, inside], np.eye(d)[:, inside])
+        assert np.all(split.eigenvalues[inside] == 1.0) and np.all(split.noise_norm[inside] == 0.0)
+        others = [g for g in ridges.groups if not np.array_equal(g, big[0])]
+        assert _groups(Ridges(others, *ridges[1:])) == _groups(Ridges(split.groups[:len(others)], *split[1:]))
+        for g in others:
+            np.testing.assert_array_equal(split.directions[np.ix_(g, g)], ridges.directions[np.ix_(g, g)])
+        np.testing.assert_allclose(split.directions.T @ split.directions, np.eye(d), atol=1e-12)
+    assert found == 20

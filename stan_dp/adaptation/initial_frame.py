@@ -20,7 +20,7 @@ from scipy import stats
 from stan_dp.adaptation.curvature import _curvature_rows, _orientation_rows
 from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR, AdaptationSettings, scale_tail, tail_rows
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
-from stan_dp.adaptation.ridge import thresholded_ridges
+from stan_dp.adaptation.ridge import apart_from, thresholded_ridges
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, noisy_counts
 from stan_dp.aggregates import RowColumns
 
@@ -228,7 +228,8 @@ def _target_among_depending(depending: Any, count_sd: float, n_public: int, dim:
 def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coordinates: np.ndarray,
                     n_public: int, s: AdaptationSettings, z_orientation: float, z_direction: float,
                     rng_noise: np.random.Generator, ledger: Ledger, depending: np.ndarray | None = None,
-                    count_sd: float = math.nan) -> tuple[np.ndarray, bool]:
+                    count_sd: float = math.nan,
+                    elements: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
     """Turn the initial diagonal frame along the curvature's principal directions (two releases).
 
     A diagonal frame sees each coordinate's curvature but not how they
@@ -263,7 +264,15 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
        sds off instead of within 1.6), the group's own otherwise.  A turned
        group's directions are its block's eigenvectors
        (``u_k = D^-1/2 w_k``, unit length in the frame); every other
-       coordinate keeps its axis.
+       coordinate keeps its axis.  With ``elements`` (the declared groups'
+       elements) a group that fails the test and holds some of them is
+       judged again without them (:func:`~stan_dp.adaptation.ridge.apart_from`):
+       its other members (the groups' directions, which share rows with
+       every element, and coordinates in no declared group) form groups of
+       their own size and noise, each put to the same test, and the elements
+       keep their axes.  A varying intercept's and a varying slope's
+       directions share every row where the predictor is not 0, a ridge
+       that is lost in a block with the elements.
     3. A private upper quantile of the per-row curvature along every
        direction (:func:`~stan_dp.adaptation.quantile.private_quantiles`, the
        statistic of the initial scale along ``b_k = A u_k``) gives each
@@ -302,7 +311,10 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
         ridges = thresholded_ridges(r, entry_sd)
         # the whole release's noise in R (an upper bound: the smallest diagonal scales it)
         tau_all = NOISE_SPECTRAL_FACTOR * sd_m * math.sqrt(2.0 * idx.size) / float(np.min(diag))
-        for group in ridges.groups:
+        element = np.zeros(idx.size, dtype=bool) if elements is None else np.asarray(elements, dtype=bool)[idx]
+        pending = list(ridges.groups)
+        while pending:
+            group = pending.pop(0)
             lam = ridges.eigenvalues[group]
             tau_g = NOISE_SPECTRAL_FACTOR * float(ridges.noise_norm[group[0]])
             # rows indefinite beyond the noise mean a start far from the mode, not a ridge;
@@ -312,6 +324,9 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
                              and -guard < float(lam.min()) < min(RIDGE_EIGENVALUE + tau_g, 1.0 - tau_g))
             if ridged[group[0]]:
                 turned_groups.append(np.asarray(group))
+            elif element[group].any() and (~element[group]).sum() >= 2:
+                ridges, parts = apart_from(ridges, r, entry_sd, np.asarray(group), element)
+                pending.extend(parts)
         if ridged.any():
             u = np.where(ridged[None, :], ridges.directions, np.eye(idx.size)) / np.sqrt(diag)[:, None]
             u /= np.linalg.norm(u, axis=0)

@@ -303,7 +303,8 @@ def private_mode(
     if s.orient:
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates | grouped, n_public, s,
                                         zs["orientation"], zs["direction"], rng_noise, ledger,
-                                        depending=depending, count_sd=initial.count_sd)
+                                        depending=depending, count_sd=initial.count_sd,
+                                        elements=np.any([m for m, _ in declared], axis=0) if declared else None)
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds

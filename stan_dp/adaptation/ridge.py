@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["FAMILYWISE", "Ridges", "entry_threshold", "thresholded_ridges"]
+__all__ = ["FAMILYWISE", "Ridges", "apart_from", "entry_threshold", "thresholded_ridges"]
 
 FAMILYWISE = 0.05
 """Probability that noise alone keeps some off-diagonal entry of ``R`` (whose true value is 0)."""
@@ -85,19 +85,73 @@ def thresholded_ridges(r: np.ndarray, entry_sd: np.ndarray) -> Ridges:
     -------
     Ridges
     """
-    r = 0.5 * (np.asarray(r, dtype=float) + np.asarray(r, dtype=float).T)
-    entry_sd = np.asarray(entry_sd, dtype=float)
+    r = _symmetric(r)
     d = r.shape[0]
-    off = ~np.eye(d, dtype=bool)
+    out = Ridges([], np.ones(d), np.eye(d), np.zeros(d))
+    return _grouped(out, r, np.asarray(entry_sd, dtype=float), np.arange(d), entry_threshold(d))
+
+
+def apart_from(ridges: Ridges, r: np.ndarray, entry_sd: np.ndarray, group: np.ndarray,
+               elements: np.ndarray) -> tuple[Ridges, list[np.ndarray]]:
+    """``ridges`` with ``group`` replaced by the groups its members that are no group's elements
+    form among themselves, and those new groups.
+
+    A declared hierarchical group's direction (every element and the location moved as one,
+    :func:`~stan_dp.adaptation.groups.grouped_frame`) shares rows with each of its elements, so
+    its entries with them are kept and one group holds them all: with many elements that block's
+    noise is too large to turn it, and a ridge between two groups' directions (a varying
+    intercept's and a varying slope's, which share every row where the predictor is not 0) is
+    lost with it.  Judged apart from the elements, the directions (and the coordinates in no
+    declared group) form groups of their own size and noise.  The elements keep their axes,
+    eigenvalue 1 and noise 0; the threshold is the whole matrix's, as in
+    :func:`thresholded_ridges`.  Post-processing of the same released matrix.
+
+    Parameters
+    ----------
+    ridges : Ridges
+        :func:`thresholded_ridges` of ``r``.
+    r, entry_sd : ndarray, shape (d, d)
+        As for :func:`thresholded_ridges`.
+    group : ndarray of int
+        One of ``ridges.groups``.
+    elements : ndarray of bool, shape (d,)
+        The coordinates that are elements of a declared group.
+
+    Returns
+    -------
+    Ridges, list of ndarray
+        The updated ridges (``group`` removed) and the groups that replace it.
+    """
+    r = _symmetric(r)
+    group = np.asarray(group)
+    eigenvalues, directions, noise_norm = (ridges.eigenvalues.copy(), ridges.directions.copy(),
+                                           ridges.noise_norm.copy())
+    eigenvalues[group], noise_norm[group] = 1.0, 0.0
+    directions[np.ix_(group, group)] = np.eye(group.size)
+    kept = [g for g in ridges.groups if not np.array_equal(g, group)]
+    rest = group[~np.asarray(elements, dtype=bool)[group]]
+    split = _grouped(Ridges(kept, eigenvalues, directions, noise_norm), r,
+                     np.asarray(entry_sd, dtype=float), rest, entry_threshold(r.shape[0]))
+    return split, split.groups[len(kept):]
+
+
+def _symmetric(r: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.asarray(r, dtype=float) + np.asarray(r, dtype=float).T)
+
+
+def _grouped(ridges: Ridges, r: np.ndarray, entry_sd: np.ndarray, among: np.ndarray,
+             threshold: float) -> Ridges:
+    """``ridges`` with the connected groups of entries beyond ``threshold`` noise sds among the
+    coordinates ``among`` appended, and their blocks' eigen-decompositions and noise written in."""
+    sub = r[np.ix_(among, among)]
+    off = ~np.eye(among.size, dtype=bool)
     # a NaN entry is not kept, and cannot join a group
-    keep = off & (np.abs(np.nan_to_num(r, nan=0.0)) > entry_threshold(d) * entry_sd)
-    eigenvalues = np.ones(d)
-    directions = np.eye(d)
-    noise_norm = np.zeros(d)
-    groups = []
+    keep = off & (np.abs(np.nan_to_num(sub, nan=0.0)) > threshold * entry_sd[np.ix_(among, among)])
+    groups = list(ridges.groups)
+    eigenvalues, directions, noise_norm = ridges.eigenvalues, ridges.directions, ridges.noise_norm
     _, labels = connected_components(keep, directed=False)
     for label in np.unique(labels):
-        idx = np.flatnonzero(labels == label)
+        idx = among[labels == label]
         if idx.size < 2:
             continue
         groups.append(idx)
