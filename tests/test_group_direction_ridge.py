@@ -75,7 +75,7 @@ def test_the_groups_directions_ridge_turns_apart_from_the_elements():
     with_elements, without = np.array(with_elements), np.array(without)
     # without: 5 of the 12 frames have 7.7-9.2 times the posterior's curvature along U_a - U_b
     # (the diagonal frame's: their directions' block held elements and stayed unturned); with:
-    # 1.6-1.8 in those five
+    # 1.4-1.8 in those five
     stuck = without > 5.0
     assert np.sum(stuck & (with_elements < 2.5)) >= 4
     # where the directions' entry stood out of no block (seed 3: within its threshold) neither

@@ -142,7 +142,8 @@ def _symmetric(r: np.ndarray) -> np.ndarray:
 def _grouped(ridges: Ridges, r: np.ndarray, entry_sd: np.ndarray, among: np.ndarray,
              threshold: float) -> Ridges:
     """``ridges`` with the connected groups of entries beyond ``threshold`` noise sds among the
-    coordinates ``among`` appended, and their blocks' eigen-decompositions and noise written in."""
+    coordinates ``among`` appended, and their blocks' eigen-decompositions and noise written in
+    (into ``ridges``' own arrays: its callers pass arrays of their own)."""
     sub = r[np.ix_(among, among)]
     off = ~np.eye(among.size, dtype=bool)
     # a NaN entry is not kept, and cannot join a group
