@@ -556,17 +556,36 @@ def _miss_probability(noise_sd: np.ndarray, fixed_bias: float, result: Adaptatio
 
 
 def _coordinate_names(model: Any, dim: int) -> list[str]:
-    """Stan's name of each unconstrained coordinate (``beta[1]``), or ``unconstrained coordinate j``
-    where the model gives no flat names of that length."""
+    """Stan's name of each unconstrained coordinate (``beta[1]``).
+
+    Where the constrained and unconstrained coordinates differ in number (a ``simplex[K]`` has
+    ``K - 1`` unconstrained coordinates), a variable whose counts differ is named by its position
+    among its own unconstrained coordinates (``base_share's unconstrained coordinate 3``) and the
+    others as Stan names them; ``unconstrained coordinate j`` where the model names none of them.
+    """
     from stan_dp.diagnostics import _parse_flat, stan_name   # compare's reading of flat names
 
+    def variable(flat: str) -> str:
+        parsed = _parse_flat(flat)   # BridgeStan's "beta.1" is Stan's beta[1]
+        return flat if parsed is None else parsed[0]
+
     names = list(getattr(model, "param_names", None) or [])
+    flat_names, lopsided = names, set()
     if len(names) != dim:
-        return [f"unconstrained coordinate {j + 1}" for j in range(dim)]
-    out = []
-    for name in names:
-        parsed = _parse_flat(name)   # BridgeStan's "beta.1" is Stan's beta[1]
-        out.append(name if parsed is None else stan_name(parsed[0], [i - 1 for i in parsed[1]]))
+        flat_names = list(getattr(model, "unconstrained_names", None) or [])
+        if len(flat_names) != dim:
+            return [f"unconstrained coordinate {j + 1}" for j in range(dim)]
+        constrained = Counter(variable(name) for name in names)
+        lopsided = {var for var, k in Counter(variable(name) for name in flat_names).items()
+                    if constrained[var] != k}
+    out, position = [], Counter()
+    for flat in flat_names:
+        var, parsed = variable(flat), _parse_flat(flat)
+        position[var] += 1
+        if var in lopsided:
+            out.append(f"{var}'s unconstrained coordinate {position[var]}")
+        else:
+            out.append(flat if parsed is None else stan_name(parsed[0], [i - 1 for i in parsed[1]]))
     return out
 
 

@@ -277,6 +277,13 @@ class ZeroRowPart:
                             tuple(int(j) for j in np.flatnonzero(scale))))
         return tuple(out)
 
+    @property
+    def unconstrained_names(self) -> list[str] | None:
+        """BridgeStan's name of each unconstrained coordinate (``base_share.2``: a simplex's
+        ``K - 1`` coordinates are named by their position, not by the constrained elements), or
+        None where unknown or not one per coordinate (public: read from the program)."""
+        return self._unconstrained_names()
+
     def _unconstrained_names(self) -> list[str] | None:
         """BridgeStan's unconstrained coordinate names (``beta.2``), or None where unknown or not
         one per coordinate."""

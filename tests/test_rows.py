@@ -177,6 +177,21 @@ def test_mixed_row_variables_are_sliced(compiled):
     np.testing.assert_allclose(model.unconstrain(c), theta, rtol=1e-9, atol=1e-12)
 
 
+def test_warnings_name_each_unconstrained_coordinate(compiled):
+    """A ``simplex[3]`` has 2 unconstrained coordinates and a ``cholesky_factor_corr[2]`` 1, so the
+    constrained names (3 + 1 + 3 + 4) do not line up with the 7 coordinates: a warning names a
+    lopsided variable's coordinate by its position among its own (BridgeStan's unconstrained
+    names, read from the program), and a one-to-one variable as Stan does."""
+    from stan_dp.auto import _coordinate_names
+
+    model = RowModel(compiled(stan_test_model("rows_mixed")), mixed_data())
+    assert model.dim == 7 and len(model.param_names) == 11
+    assert model.unconstrained_names == ["p.1", "p.2", "s", "c.1", "c.2", "c.3", "L.1"]
+    assert _coordinate_names(model, model.dim) == [
+        "p's unconstrained coordinate 1", "p's unconstrained coordinate 2", "s", "c[1]", "c[2]", "c[3]",
+        "L's unconstrained coordinate 1"]
+
+
 def test_the_blocks_left_out_of_the_output_are_named(compiled):
     """Transformed parameters and generated quantities may read the data, so the output leaves
     them out; the model names them (from the program) so that the output can say so."""
