@@ -1,4 +1,4 @@
-"""The far phase's steps of a log-transformed coordinate stop at a few e-folds.
+"""The far phase's steps of a log-transformed coordinate stop at 10 e-folds.
 
 A Student-t regression of spending on income, both in dollars (``tests/stan/student_dollars.stan``:
 residual scale about 3,000, ``sigma`` started at 1).  There each row's gradient in ``log sigma`` is
@@ -6,9 +6,10 @@ at most ``nu`` (the t likelihood saturates: ``(nu + 1) r^2 / (nu sigma^2 + r^2) 
 curvature vanishes like ``sigma^2 / r^2``, so the far phase's first step, the diagonal Newton step of
 its vote at the start's curvature scale, put ``log sigma`` at 7.6e6: every row's log-likelihood
 was then flat in it, the rounds could not come back, and every draw of the Gaussian overflowed.
-:data:`stan_dp.adaptation.far.LOG_STEP_MAX` holds such a step at 10 e-folds.  The oracle is exact: the posterior mode and Laplace sds of the same density written out in
-NumPy (the Stan priors, the t likelihood and the log transforms' Jacobians), found by scipy, not by
-the package (docs/adaptation.md §3, "Far phase", step 3).
+:data:`stan_dp.adaptation.far.LOG_STEP_MAX` holds such a step at 10 e-folds.  The oracle is exact:
+the posterior mode and Laplace sds of the same density written out in NumPy (the Stan priors, the t
+likelihood and the log transforms' Jacobians), found by scipy, not by the package
+(docs/adaptation.md §3, "Far phase", step 4).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _exact_mode_and_sd(data: dict) -> tuple[np.ndarray, np.ndarray]:
         for j in range(4):
             ei, ej = np.eye(4)[i] * h[i], np.eye(4)[j] * h[j]
             hess[i, j] = (_log_posterior(mode + ei + ej, x, y) - _log_posterior(mode + ei - ej, x, y)
-                          - _log_posterior(mode - ei + ej, x, y) + _log_posterior(mode - ei - ej, x, y)) / (4 * h[i] * h[j])
+                          - _log_posterior(mode - ei + ej, x, y)
+                          + _log_posterior(mode - ei - ej, x, y)) / (4 * h[i] * h[j])
     return mode, np.sqrt(np.diag(np.linalg.inv(-hess)))
 
 

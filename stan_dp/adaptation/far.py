@@ -40,7 +40,8 @@ Riedmiller and Braun 1993, on released quantities):
    keeps its sign from one round to the next, halves when it flips (the
    point moves back by the halved step, and the next round neither doubles
    nor halves, as in iRprop-, which however would not move on the flip),
-   and stays while the vote is within the gate.  Only a coordinate's first
+   and stays while the vote is within the gate; a log-transformed coordinate's step is held at
+   :data:`LOG_STEP_MAX` e-folds.  Only a coordinate's first
    move reads the start's curvature (which is stale once the point has
    moved: above the mode of a Poisson intercept ``b`` grows like
    ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``).
@@ -84,8 +85,8 @@ from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "LOG_STEP_MAX", "collapsed_moves", "far_multipliers",
-           "far_releases", "far_phase", "holdable_coordinates", "planned_far_share",
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "LOG_STEP_MAX", "collapsed_moves",
+           "far_multipliers", "far_releases", "far_phase", "holdable_coordinates", "planned_far_share",
            "planned_first_median_boost", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
