@@ -370,11 +370,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
             walking += (f"; its final check found that the rows prefer the point of its round "
                         f"{result.checked} to its last estimate beyond the check's noise, and that "
                         "point is reported (the search jumped where the rows are worse)")
-        # a ridge needs two coordinates: a one-parameter model is not told to centre predictors
-        ridge = ("" if int(model.dim) < 2 else
-                 " — in particular centred predictors (a predictor far from 0 relative to its "
-                 "spread, like a distance in metres around 5 km, makes its slope and the intercept "
-                 "nearly collinear, a ridge the search cannot resolve at this budget)")
+        ridge = _centring_hint(model)
         emit(["the private mode search did not settle (its last steps were still large or went "
               f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
               "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
@@ -553,6 +549,22 @@ def _miss_probability(noise_sd: np.ndarray, fixed_bias: float, result: Adaptatio
         return at(count)
     nodes, weights = np.polynomial.hermite_e.hermegauss(COUNT_NODES)
     return float(sum(w * at(count + sd * x) for x, w in zip(nodes, weights)) / np.sum(weights))
+
+
+def _centring_hint(model: Any) -> str:
+    """The unsettled-search warning's advice to centre predictors, where the model can have one.
+
+    An intercept-slope ridge needs two coordinates and a predictor: a one-parameter model, or a
+    program whose rows hold one variable (``y`` alone: a mixture, a normal mean and scale), is not
+    told to centre predictors.  ``row_vars`` is the program's sliced data layout (names, public);
+    a density that does not say (a NumPy density) keeps the advice.
+    """
+    row_vars = getattr(model, "row_vars", None)
+    if int(model.dim) < 2 or (row_vars is not None and len(tuple(row_vars)) < 2):
+        return ""
+    return (" — in particular centred predictors (a predictor far from 0 relative to its spread, "
+            "like a distance in metres around 5 km, makes its slope and the intercept nearly "
+            "collinear, a ridge the search cannot resolve at this budget)")
 
 
 def _coordinate_names(model: Any, dim: int) -> list[str]:
