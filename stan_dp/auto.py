@@ -592,7 +592,8 @@ def _coordinate_names(model: Any, dim: int) -> list[str]:
                     if constrained[var] != k}
     out, position = [], Counter()
     for flat in flat_names:
-        var, parsed = variable(flat), _parse_flat(flat)
+        parsed = _parse_flat(flat)
+        var = flat if parsed is None else parsed[0]
         position[var] += 1
         if var in lopsided:
             out.append(f"{var}'s unconstrained coordinate {position[var]}")

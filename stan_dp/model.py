@@ -225,7 +225,7 @@ class ZeroRowPart:
         """
         mask = self._coordinates_of(self.log_transformed_parameters)
         ordered = self._bounded_parameters()[2]
-        names = self._unconstrained_names() if ordered else None
+        names = self.unconstrained_names if ordered else None
         if names is not None:
             for j, name in enumerate(names):
                 parts = name.split(".")
@@ -279,14 +279,9 @@ class ZeroRowPart:
 
     @property
     def unconstrained_names(self) -> list[str] | None:
-        """BridgeStan's name of each unconstrained coordinate (``base_share.2``: a simplex's
-        ``K - 1`` coordinates are named by their position, not by the constrained elements), or
-        None where unknown or not one per coordinate (public: read from the program)."""
-        return self._unconstrained_names()
-
-    def _unconstrained_names(self) -> list[str] | None:
-        """BridgeStan's unconstrained coordinate names (``beta.2``), or None where unknown or not
-        one per coordinate."""
+        """BridgeStan's name of each unconstrained coordinate (``beta.2``; a simplex's ``K - 1``
+        coordinates are named by their position, not by the constrained elements), or None where
+        unknown or not one per coordinate (public: read from the program)."""
         dim = int(getattr(self, "dim", 0) or 0)
         bridge = getattr(self, "bridge", None)
         if bridge is None:
@@ -303,7 +298,7 @@ class ZeroRowPart:
         ``(dim,)``; all False where the unconstrained names are not known)."""
         dim = int(getattr(self, "dim", 0) or 0)
         names = set(parameters)
-        unconstrained = self._unconstrained_names() if names else None
+        unconstrained = self.unconstrained_names if names else None
         if unconstrained is None:   # BridgeStan names an element of a container "beta.2"
             return np.zeros(dim, dtype=bool)
         return np.array([u.split(".")[0] in names for u in unconstrained], dtype=bool)
