@@ -111,23 +111,20 @@ def test_a_mixture_whose_search_stops_where_its_components_merge_warns_of_a_sadd
     ``newton.LOG_STEP_MAX``, seeds 1 and 2 end on the same blob without settling, so with the
     warning that the search did not settle, which names ``init=`` too; since a component's mean
     that few rows depend on is framed by its own rows, ``initial_frame.SPARSE_FRACTION``, seeds 1-10
-    do, seed 3 among them, and 11 stops at the saddle.  Since the curvature bound is raised where a
-    quarter of the rows are beyond it, ``newton.CURVATURE_CLIPPED_SHARE``, the rounds' curvature is
-    noisier here (bound raised 4-8-fold): seeds 11-17 end on the blob without settling, all warned,
-    and seed 12 reads the saddle as well, at -1.25 noise norms.)"""
+    do, seed 3 among them, and 11 stops at the saddle.)"""
     model = stan_dp.RowModel(compiled(stan_test_model("normal_mixture")), _mixture_data(3000, 0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=12, progress=False)
+        fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=11, progress=False)
     said = [str(w.message) for w in caught if issubclass(w.category, stan_dp.UtilityWarning)]
     assert any("saddle point" in w and "mu[" in w for w in said), said
-    assert fit.attrs["saddle"] and fit.attrs["least_curvature"] < -SADDLE_LIMIT
+    assert fit.attrs["saddle"] and fit.attrs["least_curvature"] < -3 * SADDLE_LIMIT
     assert not fit.attrs["mixed"]   # no credible intervals from it
     from stan_dp.cli import _print_fit
 
     _print_fit(fit)
     printed = capsys.readouterr().out
-    assert "intervals not shown:" in printed and "it stopped at a saddle point" in printed and "hdi" not in printed
+    assert "intervals not shown: it stopped at a saddle point" in printed and "hdi" not in printed
     assert "saddle point" in fit.attrs["warnings"]   # recorded as well as raised
     mu = fit.posterior["mu"].values.reshape(-1, 2).mean(0)
     assert abs(mu[0] - 40.0) > 5.0   # the miss the warning is for

@@ -265,17 +265,16 @@ class AdaptationSettings(NamedTuple):
     adaptive_clip: bool | None = None
     """Near the mode, raise the gradient bound while a released count says that more rows are
     clipped than the pooled noise covers (:func:`allowed_clipped_rows`).  The count is made in
-    every run (``clipped_repeats`` of the ``clip_rounds`` count releases of each near round; one
-    counts the rows beyond the curvature bound, the rest the tail): it gives :attr:`AdaptationResult.clipping_bias_bound` either way.
+    every run (``clipped_repeats`` of the ``clip_rounds`` count releases of each near round; the
+    rest count the tail): it gives :attr:`AdaptationResult.clipping_bias_bound` either way.
     ``None``: :func:`stan_dp.sample` turns it on where its public forecast does not warn (where
     the run claims 0.5 sd, clipping bias must not break the claim) and where the model's program
     declares a parameter with a lower bound only (a scale or shape: its rows' gradients are
     skewed, ``stan_dp.auto._log_transformed``); elsewhere :func:`clip_inflation`'s rms-optimal
     balance is kept.  :func:`private_mode` reads ``None`` as off."""
     clipped_repeats: int = 3
-    """Count releases per near round spent on the rows beyond the gradient bound (of the rest of the
-    ``clip_rounds``, one on the rows beyond the curvature bound,
-    :data:`stan_dp.adaptation.newton.CURVATURE_CLIPPED_SHARE`, and the others on the tail)."""
+    """Count releases per near round spent on the rows beyond the bound (the rest of the
+    ``clip_rounds`` on the tail)."""
     kappa_far: float = 3.0
     """Clip bounds are at least ``kappa_far`` times the private median of the norms."""
     max_step: float = math.inf
