@@ -392,8 +392,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "private mode, so clipping bounds their pull and biases the mode. Typically a heavy tail "
               "(outlying predictors or outcomes): the non-private posterior is pulled by a few "
               "rows, which privacy must bound, and the private mode can be many posterior sds "
-              "from it; transforming heavy-tailed predictors (e.g. log of an income), a robust "
-              "likelihood, or more rows would help"], attrs, stacklevel=4)
+              f"from it; {_tail_advice(model)}"], attrs, stacklevel=4)
     # where the forecast warns anyway (the bound not adaptive) the bias figure errs high: the rows
     # beyond twice the bound are added as if they all pushed one way (docs/adaptation.md §3,
     # "Counted in every run"); where the run is about to claim 0.5 sd, the count-calibrated figure
@@ -549,6 +548,55 @@ def _miss_probability(noise_sd: np.ndarray, fixed_bias: float, result: Adaptatio
         return at(count)
     nodes, weights = np.polynomial.hermite_e.hermegauss(COUNT_NODES)
     return float(sum(w * at(count + sd * x) for x, w in zip(nodes, weights)) / np.sum(weights))
+
+
+HEAVY_TAILED_FAMILIES = frozenset({"student_t", "cauchy"})
+"""Outcome families whose per-row gradient along the location and the scale stays bounded however
+far an outcome lies from its location (a Student-t's score in the location is
+``(nu + 1) r / (nu s^2 + r^2)`` for the residual ``r``, in ``log s`` it is
+``(nu + 1) r^2 / (nu s^2 + r^2) - 1``; along ``nu`` it grows only like ``log |r|``): an outlying
+outcome cannot make a row's gradient large."""
+
+BOUNDED_OUTCOME_FAMILIES = frozenset({
+    "bernoulli", "bernoulli_logit", "bernoulli_logit_glm", "categorical", "categorical_logit",
+    "categorical_logit_glm", "ordered_logistic", "ordered_probit", "ordered_logistic_glm"})
+"""Outcome families whose outcome is one of a few values: a row's gradient is bounded by its
+predictors (``(y - p) x`` for a logistic regression), never by its outcome."""
+
+LIGHT_TAILED_ALTERNATIVE = {"normal": "student_t in place of normal",
+                            "normal_id_glm": "student_t in place of normal_id_glm",
+                            "lognormal": "a Student-t on the log outcome in place of lognormal",
+                            "poisson": "neg_binomial_2 in place of poisson",
+                            "poisson_log": "neg_binomial_2_log in place of poisson_log",
+                            "poisson_log_glm": "neg_binomial_2_log_glm in place of poisson_log_glm"}
+"""Outcome families whose per-row gradient grows with an outlying outcome, with the heavier-tailed
+likelihood that bounds or slows that growth."""
+
+
+def _tail_advice(model: Any) -> str:
+    """The heavy-tail warning's advice, fitted to the program's outcome likelihood.
+
+    ``model.outcome_families`` (public: the program's sampling statements on row variables) says
+    where the large per-row gradients can come from.  A likelihood that already bounds an
+    outlying outcome's pull (:data:`HEAVY_TAILED_FAMILIES`) or an outcome of a few values
+    (:data:`BOUNDED_OUTCOME_FAMILIES`) leaves the predictors: such a program is not told to use a
+    robust likelihood.  A light-tailed one (:data:`LIGHT_TAILED_ALTERNATIVE`) is told which
+    likelihood to try.  Anything else, several families, or none read, keeps the general advice.
+    """
+    families = tuple(getattr(model, "outcome_families", ()) or ())
+    predictors = "transforming heavy-tailed predictors (e.g. log of an income)"
+    if len(families) == 1:
+        family = families[0]
+        if family in HEAVY_TAILED_FAMILIES or family in BOUNDED_OUTCOME_FAMILIES:
+            why = ("already bounds an outlying outcome's pull"
+                   if family in HEAVY_TAILED_FAMILIES else "has outcomes of a few values")
+            return (f"the program's likelihood ({family}) {why}, so the large gradients come from "
+                    f"the predictors: {predictors} or more rows would help")
+        if family in LIGHT_TAILED_ALTERNATIVE:
+            return (f"{predictors}, a heavier-tailed likelihood "
+                    f"({LIGHT_TAILED_ALTERNATIVE[family]}) if the outcomes have outliers, or more "
+                    "rows would help")
+    return f"{predictors}, a robust likelihood, or more rows would help"
 
 
 def _centring_hint(model: Any) -> str:

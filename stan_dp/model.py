@@ -114,6 +114,7 @@ class ZeroRowPart:
     _logit_transformed: tuple[str, ...] | None = None
     _ordered: dict[str, str] | None = None
     _hierarchical: dict[str, "HierarchicalStatement"] | None = None
+    _sampled: tuple[tuple[str, str], ...] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -237,6 +238,21 @@ class ZeroRowPart:
         return mask
 
     @property
+    def outcome_families(self) -> tuple[str, ...]:
+        """The families of the ``model`` block's sampling statements whose variate is a row
+        variable (``("student_t",)`` for ``spend ~ student_t(nu, alpha + beta * income, sigma)``
+        where ``spend`` is sliced by rows), sorted, each once.
+
+        Public: read from the program and the names of the row variables, never the data.
+        ``()`` where the program is unknown or unreadable, or its likelihood is written in
+        another shape (:func:`stan_dp.stan_source.sampled_variates`); the heavy-tail warning then
+        gives its general advice (:func:`stan_dp.auto._tail_advice`).
+        """
+        self._bounded_parameters()
+        rows = set(getattr(self, "row_vars", ()) or ())
+        return tuple(sorted({family for variate, family in (self._sampled or ()) if variate in rows}))
+
+    @property
     def hierarchical_locations(self) -> dict[str, str]:
         """The program's centred hierarchical vectors, each with its location parameter
         (``{"a": "mu_a"}`` for ``a ~ normal(mu_a, sigma_a)``; public: read from the program, never
@@ -309,12 +325,13 @@ class ZeroRowPart:
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
             from stan_dp.stan_source import (canonical_program, hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
-                                             ordered_parameters)
+                                             ordered_parameters, sampled_variates)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
             ordered: dict[str, str] = {}
             hierarchical: dict[str, HierarchicalStatement] = {}
+            sampled: tuple[tuple[str, str], ...] = ()
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
@@ -322,10 +339,11 @@ class ZeroRowPart:
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                     ordered = ordered_parameters(program)
                     hierarchical = hierarchical_statements(program)
+                    sampled = sampled_variates(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
-            self._hierarchical = hierarchical
+            self._hierarchical, self._sampled = hierarchical, sampled
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

@@ -703,6 +703,25 @@ def ordered_parameters(program: str) -> dict[str, str]:
             if decl.base in ORDERED_TYPES}
 
 
+def sampled_variates(program: str) -> tuple[tuple[str, str], ...]:
+    """Every sampling statement of the ``model`` block as ``(variate, family)``, in program order.
+
+    Reads a canonical program, never data: ``y ~ student_t(nu, mu, sigma)`` (also ``y[n] ~ ...``
+    in a loop) and ``target += student_t_lpdf(y | ...)`` (or ``_lupdf``) give
+    ``("y", "student_t")``.  A statement of another shape (a ``log_mix``, a ``log_sum_exp``, a
+    function of the variate on the left) is not listed.
+    """
+    blocks = program_blocks(program)
+    if "model" not in blocks:
+        return ()
+    found: list[tuple[str, str]] = []
+    for stmt in _statements(program, *blocks["model"]):
+        m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+        if m:
+            found.append((m["x"], m["family"]))
+    return tuple(found)
+
+
 def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],
                           rows: str) -> tuple[int, int, str] | None:
     """The edit ``(start, end, text)`` that turns a lower bound of 1 or more on ``rows`` into 0."""

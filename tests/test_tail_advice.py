@@ -1,0 +1,94 @@
+"""The heavy-tail warning's advice fits the program's outcome likelihood.
+
+The warning used to tell every model to try "a robust likelihood", a Student-t regression of
+spending on income in dollars included (docs/adaptation.md §7): its likelihood already bounds an
+outlying outcome's pull, so its large per-row gradients come from the predictors.  The advice now
+reads the families of the program's sampling statements on row variables (public: the program and
+the row layout, never the data): a heavy-tailed or few-valued outcome is told about its predictors
+only, a light-tailed one which likelihood to try, anything else keeps the general advice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stan_dp
+from conftest import stan_test_model
+from stan_dp.auto import _tail_advice
+from stan_dp.stan_source import sampled_variates
+from test_auto import PoissonGLM, _quiet_sample
+
+PROGRAM = """
+data { int<lower=0> N; vector[N] x; array[N] int y; vector[N] z; }
+parameters { real a; real b; real<lower=0> s; vector[2] w; }
+model {
+  a ~ normal(0, 10);
+  target += student_t_lpdf(b | 3, 0, 1);
+  for (n in 1:N) {
+    y[n] ~ poisson_log(a + b * x[n]);
+  }
+  target += normal_lupdf(z | a, s);
+  target += log_mix(0.5, normal_lpdf(w[1] | 0, 1), normal_lpdf(w[1] | 3, 1));
+}
+"""
+
+
+def test_sampled_variates_reads_every_shape_of_sampling_statement():
+    # priors too (the caller keeps those on row variables); a log_mix is not a sampling statement
+    assert sampled_variates(PROGRAM) == (("a", "normal"), ("b", "student_t"), ("y", "poisson_log"),
+                                         ("z", "normal"))
+    assert sampled_variates("data { int N; } parameters { real m; }") == ()   # no model block
+
+
+class _Model:
+    def __init__(self, families=None):
+        if families is not None:
+            self.outcome_families = families
+
+
+GENERAL = "a robust likelihood"
+
+
+@pytest.mark.parametrize("family", ["student_t", "cauchy", "bernoulli_logit", "ordered_logistic"])
+def test_bounded_pull_is_told_about_its_predictors_only(family):
+    advice = _tail_advice(_Model((family,)))
+    assert GENERAL not in advice and "likelihood (" + family + ")" in advice
+    assert "heavy-tailed predictors" in advice
+
+
+@pytest.mark.parametrize("family, alternative", [("normal", "student_t in place of normal"),
+                                                 ("poisson_log", "neg_binomial_2_log in place"),
+                                                 ("lognormal", "Student-t on the log outcome")])
+def test_light_tailed_outcomes_are_told_which_likelihood_to_try(family, alternative):
+    advice = _tail_advice(_Model((family,)))
+    assert alternative in advice and GENERAL not in advice
+
+
+@pytest.mark.parametrize("families", [None, (), ("gamma",), ("normal", "student_t")])
+def test_anything_else_keeps_the_general_advice(families):
+    assert GENERAL in _tail_advice(_Model(families))
+
+
+def test_a_compiled_program_names_its_outcome_family_not_its_priors(compiled):
+    """``student_dollars``: ``alpha ~ normal`` is a prior, ``spend ~ student_t`` the likelihood."""
+    rng = np.random.default_rng(1)
+    income = rng.lognormal(10.8, 0.5, 50)
+    data = {"N": 50, "income": income, "spend": 2000 + 0.3 * income + 3000 * rng.standard_t(4, 50)}
+    model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), data)
+    assert model.outcome_families == ("student_t",)
+    assert "likelihood (student_t) already bounds" in _tail_advice(model)
+
+
+def test_the_heavy_tail_warning_carries_the_fitted_advice():
+    """The Poisson GLM with log-normal predictors of ``test_auto`` (10,000 rows, epsilon = 4),
+    which warns of a heavy tail, declared as a ``poisson_log`` program."""
+    rng = np.random.default_rng(0)
+    z = (rng.lognormal(0.0, 1.0, size=(10_000, 5)) - np.exp(0.5)) / np.sqrt((np.e - 1) * np.e)
+    y = rng.poisson(np.exp(1.0 + 0.3 * (z @ np.linspace(-0.8, 0.8, 5))))
+    model = PoissonGLM(z, y)
+    model.outcome_families = ("poisson_log",)
+    fit, caught = _quiet_sample(model, epsilon=4.0, delta=1e-5, seed=3, draws=200)
+    heavy = [str(w.message) for w in caught if "heavy tail" in str(w.message)]
+    assert heavy and "neg_binomial_2_log in place of poisson_log" in heavy[0]
+    assert GENERAL not in heavy[0] and heavy[0] in fit.attrs["warnings"]
