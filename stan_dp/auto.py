@@ -552,10 +552,15 @@ def _miss_probability(noise_sd: np.ndarray, fixed_bias: float, result: Adaptatio
 
 HEAVY_TAILED_FAMILIES = frozenset({"student_t", "cauchy"})
 """Outcome families whose per-row gradient along the location and the scale stays bounded however
-far an outcome lies from its location (a Student-t's score in the location is
+far an outcome lies from its location: a Student-t's score in the location is
 ``(nu + 1) r / (nu s^2 + r^2)`` for the residual ``r``, in ``log s`` it is
-``(nu + 1) r^2 / (nu s^2 + r^2) - 1``; along ``nu`` it grows only like ``log |r|``): an outlying
-outcome cannot make a row's gradient large."""
+``(nu + 1) r^2 / (nu s^2 + r^2) - 1``.  Along a Student-t's ``nu`` it still grows, like
+``-log |r|`` (:data:`DEGREES_OF_FREEDOM_FAMILIES`)."""
+
+DEGREES_OF_FREEDOM_FAMILIES = frozenset({"student_t"})
+"""Heavy-tailed families with a tail parameter whose per-row score grows without bound in an
+outlying outcome (slowly): outliers can still pull it beyond the clip bound (docs/adaptation.md
+§3, a Student-t's outliers moving ``nu``)."""
 
 BOUNDED_OUTCOME_FAMILIES = frozenset({
     "bernoulli", "bernoulli_logit", "bernoulli_logit_glm", "categorical", "categorical_logit",
@@ -579,14 +584,20 @@ def _tail_advice(model: Any) -> str:
     ``model.outcome_families`` (public: the program's sampling statements on row variables) says
     where the large per-row gradients can come from.  A likelihood that already bounds an
     outlying outcome's pull (:data:`HEAVY_TAILED_FAMILIES`) or an outcome of a few values
-    (:data:`BOUNDED_OUTCOME_FAMILIES`) leaves the predictors: such a program is not told to use a
-    robust likelihood.  A light-tailed one (:data:`LIGHT_TAILED_ALTERNATIVE`) is told which
-    likelihood to try.  Anything else, several families, or none read, keeps the general advice.
+    (:data:`BOUNDED_OUTCOME_FAMILIES`) leaves the predictors, and a Student-t's degrees of freedom
+    (:data:`DEGREES_OF_FREEDOM_FAMILIES`): such a program is not told to use a robust likelihood.
+    A light-tailed one (:data:`LIGHT_TAILED_ALTERNATIVE`) is told which likelihood to try.  Anything else, several families, or none read, keeps the general advice.
     """
     families = tuple(getattr(model, "outcome_families", ()) or ())
     predictors = "transforming heavy-tailed predictors (e.g. log of an income)"
     if len(families) == 1:
         family = families[0]
+        if family in DEGREES_OF_FREEDOM_FAMILIES:
+            return (f"the program's likelihood ({family}) bounds an outlying outcome's pull on the "
+                    "location and scale but not on the degrees of freedom (that score grows like "
+                    f"log |residual|), so the large gradients come from the predictors or from "
+                    f"outliers moving the degrees of freedom: {predictors}, a prior that says more "
+                    "about the degrees of freedom, or more rows would help")
         if family in HEAVY_TAILED_FAMILIES or family in BOUNDED_OUTCOME_FAMILIES:
             why = ("already bounds an outlying outcome's pull"
                    if family in HEAVY_TAILED_FAMILIES else "has outcomes of a few values")

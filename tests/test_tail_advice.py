@@ -2,7 +2,8 @@
 
 The warning used to tell every model to try "a robust likelihood", a Student-t regression of
 spending on income in dollars included (docs/adaptation.md §7): its likelihood already bounds an
-outlying outcome's pull, so its large per-row gradients come from the predictors.  The advice now
+outlying outcome's pull on the location and scale, so its large per-row gradients come from the
+predictors or from outliers moving its degrees of freedom.  The advice now
 reads the families of the program's sampling statements on row variables (public: the program and
 the row layout, never the data): a heavy-tailed or few-valued outcome is told about its predictors
 only, a light-tailed one which likelihood to try, anything else keeps the general advice.
@@ -50,11 +51,23 @@ class _Model:
 GENERAL = "a robust likelihood"
 
 
-@pytest.mark.parametrize("family", ["student_t", "cauchy", "bernoulli_logit", "ordered_logistic"])
+@pytest.mark.parametrize("family", ["cauchy", "bernoulli_logit", "ordered_logistic"])
 def test_bounded_pull_is_told_about_its_predictors_only(family):
     advice = _tail_advice(_Model((family,)))
     assert GENERAL not in advice and "likelihood (" + family + ")" in advice
-    assert "heavy-tailed predictors" in advice
+    assert "heavy-tailed predictors" in advice and "degrees of freedom" not in advice
+
+
+def test_a_student_t_is_told_about_its_predictors_and_its_degrees_of_freedom():
+    """Along ``nu`` a Student-t row's score grows like ``-log |r|`` (checked here by differences
+    of scipy's density), so its outliers can still be the tail."""
+    from scipy import stats
+
+    score = [(stats.t.logpdf(r, 4 + 1e-5) - stats.t.logpdf(r, 4 - 1e-5)) / 2e-5 for r in (1e2, 1e3, 1e4)]
+    assert np.allclose(np.diff(score), -np.log(10.0), atol=0.01)
+    advice = _tail_advice(_Model(("student_t",)))
+    assert GENERAL not in advice and "heavy-tailed predictors" in advice
+    assert "outliers moving the degrees of freedom" in advice
 
 
 @pytest.mark.parametrize("family, alternative", [("normal", "student_t in place of normal"),
@@ -77,7 +90,7 @@ def test_a_compiled_program_names_its_outcome_family_not_its_priors(compiled):
     data = {"N": 50, "income": income, "spend": 2000 + 0.3 * income + 3000 * rng.standard_t(4, 50)}
     model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), data)
     assert model.outcome_families == ("student_t",)
-    assert "likelihood (student_t) already bounds" in _tail_advice(model)
+    assert "likelihood (student_t) bounds an outlying outcome's pull" in _tail_advice(model)
 
 
 def test_the_heavy_tail_warning_carries_the_fitted_advice():
