@@ -270,6 +270,8 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
            "least_curvature": (float(result.least_curvature) if np.isfinite(result.least_curvature)
                                else None),
            "saddle": bool(result.saddle),
+           # the factor the near rounds' counts raised the curvature bound by (1: not raised)
+           "curvature_raised": float(result.curvature_adjust),
            # per coordinate, in reference sds: the signed error and the noise sd the run states
            # (benchmarks/warning_calibration.py sets one against the other)
            "errors": [float(e) if np.isfinite(e) else None for e in signed],

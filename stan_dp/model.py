@@ -115,6 +115,7 @@ class ZeroRowPart:
     _ordered: dict[str, str] | None = None
     _hierarchical: dict[str, "HierarchicalStatement"] | None = None
     _sampled: tuple[tuple[str, str], ...] | None = None
+    _simplex: tuple[str, ...] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -238,6 +239,16 @@ class ZeroRowPart:
         return mask
 
     @property
+    def simplex_parameters(self) -> tuple[str, ...]:
+        """Parameters the program declares ``simplex`` (public, read from the program; ``()``
+        where it is unknown or unreadable; :func:`stan_dp.stan_source.simplex_parameters`).
+
+        :func:`stan_dp.sample` lets the private search raise its curvature bound for such models
+        (:attr:`stan_dp.adaptation.plan.AdaptationSettings.raise_curvature`)."""
+        self._bounded_parameters()
+        return self._simplex or ()
+
+    @property
     def outcome_families(self) -> tuple[str, ...]:
         """The families of the ``model`` block's sampling statements whose variate is a row
         variable (``("student_t",)`` for ``spend ~ student_t(nu, alpha + beta * income, sigma)``
@@ -325,13 +336,15 @@ class ZeroRowPart:
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
             from stan_dp.stan_source import (canonical_program, hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
-                                             ordered_parameters, sampled_variates)
+                                             ordered_parameters, sampled_variates,
+                                             simplex_parameters)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
             ordered: dict[str, str] = {}
             hierarchical: dict[str, HierarchicalStatement] = {}
             sampled: tuple[tuple[str, str], ...] = ()
+            simplex: tuple[str, ...] = ()
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
@@ -339,11 +352,11 @@ class ZeroRowPart:
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                     ordered = ordered_parameters(program)
                     hierarchical = hierarchical_statements(program)
-                    sampled = sampled_variates(program)
+                    sampled, simplex = sampled_variates(program), simplex_parameters(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
-            self._hierarchical, self._sampled = hierarchical, sampled
+            self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

@@ -703,6 +703,18 @@ def ordered_parameters(program: str) -> dict[str, str]:
             if decl.base in ORDERED_TYPES}
 
 
+def simplex_parameters(program: str) -> tuple[str, ...]:
+    """The parameters declared ``simplex`` (scalars of that type or arrays of them), in program
+    order.  Reads the ``parameters`` block of a canonical program, never data.
+
+    Stan's stick-breaking transform of a simplex is curved, so a row's curvature in its
+    unconstrained coordinates carries the row's residual times that curvature: large, of either
+    sign, and summing to little over the rows (:attr:`stan_dp.adaptation.plan.AdaptationSettings.raise_curvature`).
+    """
+    return tuple(name for name, (decl, _) in _declarations(program, "parameters").items()
+                 if decl.base == "simplex")
+
+
 def sampled_variates(program: str) -> tuple[tuple[str, str], ...]:
     """Every sampling statement of the ``model`` block as ``(variate, family)``, in program order.
 

@@ -83,12 +83,16 @@ def test_anything_else_keeps_the_general_advice(families):
     assert GENERAL in _tail_advice(_Model(families))
 
 
+def _dollars(n: int) -> dict:
+    """Data for ``tests/stan/student_dollars.stan``: spending on income, both in dollars."""
+    rng = np.random.default_rng(1)
+    income = rng.lognormal(10.8, 0.5, n)
+    return {"N": n, "income": income, "spend": 2000 + 0.3 * income + 3000 * rng.standard_t(4, n)}
+
+
 def test_a_compiled_program_names_its_outcome_family_not_its_priors(compiled):
     """``student_dollars``: ``alpha ~ normal`` is a prior, ``spend ~ student_t`` the likelihood."""
-    rng = np.random.default_rng(1)
-    income = rng.lognormal(10.8, 0.5, 50)
-    data = {"N": 50, "income": income, "spend": 2000 + 0.3 * income + 3000 * rng.standard_t(4, 50)}
-    model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), data)
+    model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), _dollars(50))
     assert model.outcome_families == ("student_t",)
     assert "likelihood (student_t) bounds an outlying outcome's pull" in _tail_advice(model)
 

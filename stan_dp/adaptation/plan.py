@@ -274,7 +274,18 @@ class AdaptationSettings(NamedTuple):
     balance is kept.  :func:`private_mode` reads ``None`` as off."""
     clipped_repeats: int = 3
     """Count releases per near round spent on the rows beyond the bound (the rest of the
-    ``clip_rounds`` on the tail)."""
+    ``clip_rounds`` on the tail, one fewer with :attr:`raise_curvature`)."""
+    raise_curvature: bool | None = None
+    """Near the mode, one of each near round's tail counts counts the rows beyond the curvature
+    bound instead, and where that count says more than a quarter of the rows are beyond it the
+    bound doubles from that round on (at most 8-fold) and the pool restarts
+    (:data:`stan_dp.adaptation.newton.CURVATURE_CLIPPED_SHARE`).  Same count multiplier, so the
+    plan and its accounting are unchanged.  ``None``: :func:`stan_dp.sample` turns it on where the
+    model's program declares a ``simplex`` (public; ``stan_dp.auto._simplex``), whose transform
+    makes each row's curvature large and of either sign; clipped inside their bulk the rows read a
+    saddle where the log density is concave.  Elsewhere off: over the 20-model battery the count
+    also fired where no saddle was at stake (docs/adaptation.md §3, "The curvature bound raised
+    for a simplex").  :func:`private_mode` reads ``None`` as off."""
     kappa_far: float = 3.0
     """Clip bounds are at least ``kappa_far`` times the private median of the norms."""
     max_step: float = math.inf

@@ -150,6 +150,9 @@ class AdaptationResult(NamedTuple):
     pooled.  About ``+1 / tau`` at a mode; below ``-SADDLE_LIMIT``: :attr:`saddle`."""
     upward: np.ndarray | None = None
     """The direction of :attr:`least_curvature` in ``theta`` space (``None``: no pool)."""
+    curvature_adjust: float = 1.0
+    """Factor the near rounds' released counts raised the curvature bound by (1: not raised;
+    :data:`stan_dp.adaptation.newton.CURVATURE_CLIPPED_SHARE`)."""
     bias_per_row: float = BIAS_PER_CLIPPED_ROW_HIGH
     """``rho``: the bias one clipped row adds to :attr:`clipping_bias_bound`, in units of the final
     gradient bound.  :data:`BIAS_PER_CLIPPED_ROW_HIGH` (the default), or
