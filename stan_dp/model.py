@@ -920,14 +920,19 @@ def transformed_data_message(report: Any, rows: str) -> str:
         parts.append(
             f"{', '.join(report.row_count)} depend(s) on the row count {rows} (the one-row "
             f"model has {rows} = 1, the zero-row model {rows} = 0)")
-    names = list(report.all_rows) + list(report.row_count)
+    per_row = [n for n in getattr(report, "per_row", ()) if n in report.all_rows]
+    names = [n for n in report.all_rows if n not in per_row] + list(report.row_count)
     example = ", ".join(f'"{n}": ...' for n in names)
-    fixes = (
-        f"Fixes: give these constants public values, RowModel(..., public_data={{{example}}}) "
-        "(stan_dp then reads them from the data instead of computing them from the rows). "
-        "They are then public: choose them without looking at the data (from the design, "
-        "domain knowledge or a published source), or release them privately first and count "
-        "that release in your budget. Or declare them in the data block yourself")
+    fixes = "Fixes: " + _per_row_fix(report, per_row) if per_row else "Fixes: "
+    if names:
+        fixes += (
+            f"give {'these' if not per_row else 'the other'} constants public values, "
+            f"RowModel(..., public_data={{{example}}}) "
+            "(stan_dp then reads them from the data instead of computing them from the rows). "
+            "They are then public: choose them without looking at the data (from the design, "
+            "domain knowledge or a published source), or release them privately first and count "
+            "that release in your budget. Or declare them in the data block yourself.")
+    fixes = fixes.rstrip(". ")
     if any(n.startswith(("means_X", "Xc")) for n in names):   # brms's names for its centring
         fixes += (". For a brms model, fit with center = FALSE (e.g. bf(y ~ x, center = FALSE)) "
                   "so that brms does not centre the predictors on their means")
@@ -936,4 +941,34 @@ def transformed_data_message(report: Any, rows: str) -> str:
         fixes += (f". {rows} is declared int<lower={bound}> but the prior part is the model "
                   "with no rows: public_data relaxes it to lower=0 in the derived program; in "
                   f"your own edit declare int<lower=0> {rows}")
-    return "; ".join(parts) + ". " + fixes
+    return "; ".join(parts) + ". " + fixes + "."
+
+
+QR_Q = ("qr_thin_Q", "qr_Q")
+QR_R = ("qr_thin_R", "qr_R")
+
+
+def _per_row_fix(report: Any, per_row: list[str]) -> str:
+    """The fix for ``transformed data`` variables with one entry per row that a function over all
+    rows computes (``Q_ast = qr_thin_Q(x) * sqrt(N - 1)``): no public value can stand for a row's
+    own entry, so the statement must change.  For the QR reparameterisation of Stan's User's Guide
+    the rewrite is exact: ``x = Q R`` gives ``Q = x * inverse(R)``, each row's own predictors times
+    a constant that can be public.  Names program variables only, never a value."""
+    calls = getattr(report, "calls", {}) or {}
+    listed = ", ".join(f"{n} (with {', '.join(calls.get(n, ())) or 'a function over the rows'})"
+                       for n in per_row)
+    text = (f"{listed} {'has' if len(per_row) == 1 else 'have'} one entry per row computed by a "
+            "function over all rows, so no public value can stand for it (a row's entry is that "
+            "row's data): compute each row's entry from that row's own data and named constants "
+            "instead, and give those constants public values")
+    q = [n for n in per_row if set(calls.get(n, ())) & set(QR_Q)]
+    r = [n for n in report.all_rows if set(calls.get(n, ())) & set(QR_R)]
+    if q and r:
+        sources = report.all_rows[q[0]]
+        x = sources[0] if len(sources) == 1 else "the predictor matrix"
+        inverse = [n for n in report.all_rows if "inverse" in calls.get(n, ())]
+        by = inverse[0] if inverse else f"inverse({r[0]})"
+        text += (f". For the QR reparameterisation: compute {q[0]} = {x} * {by} after {by} "
+                 "(x = Q R, so Q = x R^-1 exactly: the sqrt(N - 1) scalings cancel), or fit "
+                 "without it")
+    return text + ". Then "

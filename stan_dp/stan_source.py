@@ -390,12 +390,20 @@ class TransformedDataReport:
         The lower bound declared on the row-count variable, if any.
     transformed_data : tuple of str
         Every variable declared at the top of ``transformed data``.
+    per_row : tuple of str
+        The ``all_rows`` variables with one entry per row (declared with the row count as their
+        leading size): no public value can stand for them, their statements must change.
+    calls : dict of str to tuple of str
+        ``all_rows`` variable -> the functions over rows (:data:`REDUCERS`) its statements call
+        (``("qr_thin_Q",)``), for the message's advice.
     """
 
     all_rows: dict[str, tuple[str, ...]]
     row_count: tuple[str, ...]
     rows_lower_bound: int | None
     transformed_data: tuple[str, ...]
+    per_row: tuple[str, ...] = ()
+    calls: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -491,7 +499,11 @@ def analyse_transformed_data(program: str, rows: str,
                 all_rows[name] = tuple(sorted(row_data[name]))
                 break
     counted = tuple(n for n in top if n in count and n not in row_data and not row_shaped(n))
-    return TransformedDataReport(all_rows, counted, rows_lower, tuple(top))
+    calls = {name: tuple(sorted(set().union(*(
+        set(re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*\(", stmt.text)) & REDUCERS
+        for target, _, stmt in writes if target == name)))) for name in all_rows}
+    return TransformedDataReport(all_rows, counted, rows_lower, tuple(top),
+                                 tuple(n for n in all_rows if row_shaped(n)), calls)
 
 
 # --------------------------------------------------------------- override --
@@ -838,7 +850,9 @@ def override_program(program: str, names: Iterable[str], rows: str
         if decl.leading_size == rows:
             raise ValueError(
                 f"public_data: {name!r} has one entry per row ({rows}); a public value cannot "
-                "stand for row data. Override the constants it is computed from instead")
+                "stand for row data. Compute each row's entry from that row's data and named "
+                "constants (in the transformed data block), and give those constants public "
+                "values instead")
         if decl.base.startswith("complex"):
             raise ValueError(f"public_data: {name!r} is complex; only real and int values "
                              "can be overridden")

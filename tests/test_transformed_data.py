@@ -218,3 +218,73 @@ def test_public_data_is_checked():
     # A wrong size is Stan's size check, when the transformed data are built.
     with pytest.raises(ValueError, match="rejected the data"):
         RowModel(BRMS, data, public_data={"means_X": [0.0, 0.0, 0.0]})
+
+
+# ------------------------------------------------- the QR reparameterisation --
+
+QR_AS_WRITTEN = """
+data {
+  int<lower=0> N;
+  int<lower=1> K;
+  matrix[N, K] x;
+  vector[N] y;
+}
+transformed data {
+  matrix[N, K] Q_ast;
+  matrix[K, K] R_ast;
+  matrix[K, K] R_ast_inverse;
+  Q_ast = qr_thin_Q(x) * sqrt(N - 1);
+  R_ast = qr_thin_R(x) / sqrt(N - 1);
+  R_ast_inverse = inverse(R_ast);
+}
+parameters {
+  real alpha;
+  vector[K] theta;
+  real<lower=0> sigma;
+}
+model {
+  y ~ normal(Q_ast * theta + alpha, sigma);
+}
+"""
+
+
+def _qr_data(n: int = 40, seed: int = 5) -> dict:
+    rng = np.random.default_rng(seed)
+    x = np.column_stack([rng.uniform(20, 70, n), rng.normal(5000, 1000, n)])   # years, metres
+    return {"N": n, "K": 2, "x": x, "y": 3 + x @ np.array([0.1, 0.001]) + rng.normal(size=n)}
+
+
+def test_the_qr_program_as_written_is_told_the_rewrite_that_works(tmp_path):
+    """Stan's User's Guide computes ``Q_ast`` with ``qr_thin_Q`` over all rows.  The refusal used
+    to offer ``public_data={"Q_ast": ...}``, which ``public_data`` then refuses (a value per row),
+    and again after ``R_ast`` was given: advice that went round in a circle.  Now it names the
+    rewrite (``tests/stan/qr_regression.stan``, fitted below) and offers only the constants."""
+    path = tmp_path / "qr.stan"
+    path.write_text(QR_AS_WRITTEN)
+    with pytest.raises(ModelDecompositionError) as info:
+        RowModel(path, _qr_data())
+    msg = str(info.value)
+    assert "Q_ast (with qr_thin_Q) has one entry per row" in msg
+    assert "compute Q_ast = x * R_ast_inverse after R_ast_inverse" in msg
+    assert 'public_data={"R_ast": ..., "R_ast_inverse": ...}' in msg and '"Q_ast": ...' not in msg
+    with pytest.raises(ValueError, match="'Q_ast' has one entry per row.*named constants"):
+        RowModel(path, _qr_data(), public_data={"Q_ast": np.zeros((40, 2))})
+
+
+def test_the_rewritten_qr_program_fits_with_a_public_r(compiled):
+    """The rewrite the message gives splits into rows: each row's log-likelihood is the normal
+    density of its outcome at ``alpha + x_i R^-1 theta`` (an independent formula), and with the
+    data's own ``R`` the fitted coefficients are the design's: ``Q = x R^-1`` is ``qr_thin_Q``'s
+    factor scaled by ``sqrt(N - 1)``."""
+    data = _qr_data()
+    _, r = np.linalg.qr(data["x"])
+    r_ast = r / np.sqrt(data["N"] - 1)
+    public = {"R_ast": r_ast, "R_ast_inverse": np.linalg.inv(r_ast)}
+    model = RowModel(compiled(stan_test_model("qr_regression")), data, public_data=public)
+    assert model.row_vars == ("x", "y") and model.dim == 4
+    theta = np.array([2.5, 0.3, -0.2, np.log(1.4)])   # alpha, theta[1..2], log sigma
+    q = data["x"] @ np.linalg.inv(r_ast)
+    np.testing.assert_allclose(q.T @ q / (data["N"] - 1), np.eye(2), atol=1e-10)   # orthogonal
+    mu = 2.5 + q @ np.array([0.3, -0.2])
+    np.testing.assert_allclose(model.row_log_lik(theta), stats.norm.logpdf(data["y"], mu, 1.4),
+                               rtol=1e-10)
