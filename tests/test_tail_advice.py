@@ -109,3 +109,16 @@ def test_the_heavy_tail_warning_carries_the_fitted_advice():
     heavy = [str(w.message) for w in caught if "heavy tail" in str(w.message)]
     assert heavy and "neg_binomial_2_log in place of poisson_log" in heavy[0]
     assert GENERAL not in heavy[0] and heavy[0] in fit.attrs["warnings"]
+
+
+@pytest.mark.parametrize("families, expected", [
+    (("neg_binomial_2_log",), "its phi heading to infinity, where the rows look like a Poisson"),
+    (("beta_binomial",), "its alpha + beta heading to infinity, where the rows look like a binomial"),
+    (("bernoulli_logit",), ""), (None, "")])
+def test_the_prior_share_warning_names_a_dispersion_limit_where_the_program_has_one(families, expected):
+    """An audit's negative binomial (70 % zeros) was told only of a hierarchical funnel's neck
+    while its ``phi`` ran towards the Poisson limit; a program without a dispersion is not told."""
+    from stan_dp.auto import _dispersion_limit
+
+    advice = _dispersion_limit(_Model(families))
+    assert (expected in advice) if expected else advice == ""
