@@ -648,7 +648,8 @@ def _tail_advice(model: Any) -> str:
     outlying outcome's pull (:data:`HEAVY_TAILED_FAMILIES`) or an outcome of a few values
     (:data:`BOUNDED_OUTCOME_FAMILIES`) leaves the predictors, and a Student-t's degrees of freedom
     (:data:`DEGREES_OF_FREEDOM_FAMILIES`): such a program is not told to use a robust likelihood.
-    A light-tailed one (:data:`LIGHT_TAILED_ALTERNATIVE`) is told which likelihood to try.  Anything else, several families, or none read, keeps the general advice.
+    A light-tailed one (:data:`LIGHT_TAILED_ALTERNATIVE`) is told which likelihood to try.
+    Anything else, several families, or none read, keeps the general advice.
     """
     families = tuple(getattr(model, "outcome_families", ()) or ())
     predictors = "transforming heavy-tailed predictors (e.g. log of an income)"

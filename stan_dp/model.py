@@ -923,16 +923,16 @@ def transformed_data_message(report: Any, rows: str) -> str:
     per_row = [n for n in getattr(report, "per_row", ()) if n in report.all_rows]
     names = [n for n in report.all_rows if n not in per_row] + list(report.row_count)
     example = ", ".join(f'"{n}": ...' for n in names)
-    fixes = "Fixes: " + _per_row_fix(report, per_row) if per_row else "Fixes: "
+    steps = [_per_row_fix(report, per_row)] if per_row else []
     if names:
-        fixes += (
-            f"give {'these' if not per_row else 'the other'} constants public values, "
+        steps.append(
+            f"{'Then give the other' if per_row else 'give these'} constants public values, "
             f"RowModel(..., public_data={{{example}}}) "
             "(stan_dp then reads them from the data instead of computing them from the rows). "
             "They are then public: choose them without looking at the data (from the design, "
             "domain knowledge or a published source), or release them privately first and count "
-            "that release in your budget. Or declare them in the data block yourself.")
-    fixes = fixes.rstrip(". ")
+            "that release in your budget. Or declare them in the data block yourself")
+    fixes = "Fixes: " + ". ".join(steps)
     if any(n.startswith(("means_X", "Xc")) for n in names):   # brms's names for its centring
         fixes += (". For a brms model, fit with center = FALSE (e.g. bf(y ~ x, center = FALSE)) "
                   "so that brms does not centre the predictors on their means")
@@ -971,4 +971,4 @@ def _per_row_fix(report: Any, per_row: list[str]) -> str:
         text += (f". For the QR reparameterisation: compute {q[0]} = {x} * {by} after {by} "
                  "(x = Q R, so Q = x R^-1 exactly: the sqrt(N - 1) scalings cancel), or fit "
                  "without it")
-    return text + ". Then "
+    return text
