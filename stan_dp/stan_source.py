@@ -719,9 +719,10 @@ def simplex_parameters(program: str) -> tuple[str, ...]:
     """The parameters declared ``simplex`` (scalars of that type or arrays of them), in program
     order.  Reads the ``parameters`` block of a canonical program, never data.
 
-    Stan's stick-breaking transform of a simplex is curved, so a row's curvature in its
-    unconstrained coordinates carries the row's residual times that curvature: large, of either
-    sign, and summing to little over the rows (:attr:`stan_dp.adaptation.plan.AdaptationSettings.raise_curvature`).
+    Stan's transform of a simplex is curved, and in a multinomial logit (rows concave in the log
+    shares) each row's curvature in the unconstrained coordinates was large, of either sign, and
+    summed to little over the rows; the likely cause (not separated) is the row's residual times
+    the transform's curvature (:attr:`stan_dp.adaptation.plan.AdaptationSettings.raise_curvature`).
     """
     return tuple(name for name, (decl, _) in _declarations(program, "parameters").items()
                  if decl.base == "simplex")

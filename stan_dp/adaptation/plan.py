@@ -281,9 +281,10 @@ class AdaptationSettings(NamedTuple):
     bound doubles from that round on (at most 8-fold) and the pool restarts
     (:data:`stan_dp.adaptation.newton.CURVATURE_CLIPPED_SHARE`).  Same count multiplier, so the
     plan and its accounting are unchanged.  ``None``: :func:`stan_dp.sample` turns it on where the
-    model's program declares a ``simplex`` (public; ``stan_dp.auto._simplex``), whose transform
-    makes each row's curvature large and of either sign; clipped inside their bulk the rows read a
-    saddle where the log density is concave.  Elsewhere off: over the 20-model battery the count
+    model's program declares a ``simplex`` (public; ``stan_dp.auto._simplex``): in a multinomial
+    logit each row's curvature was large and of either sign (likely its residual times the
+    transform's curvature), and clipped inside their bulk the rows read a saddle where the log
+    density is concave.  Elsewhere off: over the 20-model battery the count
     also fired where no saddle was at stake (docs/adaptation.md §3, "The curvature bound raised
     for a simplex").  :func:`private_mode` reads ``None`` as off."""
     kappa_far: float = 3.0
