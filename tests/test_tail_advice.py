@@ -122,3 +122,18 @@ def test_the_prior_share_warning_names_a_dispersion_limit_where_the_program_has_
 
     advice = _dispersion_limit(_Model(families))
     assert (expected in advice) if expected else advice == ""
+
+
+@pytest.mark.parametrize("families, named", [(("neg_binomial_2",), True), (("normal",), False)])
+def test_the_saddle_warning_names_a_dispersion_limit_where_the_program_has_one(families, named):
+    from types import SimpleNamespace
+
+    from stan_dp.auto import _saddle_warning
+
+    model = _Model(families)
+    model.dim, model.param_names = 2, ["b", "phi"]
+    result = SimpleNamespace(mode=np.zeros(2), posterior_sd=np.ones(2), upward=np.array([0.0, 1.0]),
+                             least_curvature=-3.0)
+    text = _saddle_warning(model, result)
+    assert "mostly phi" in text and "a mixture whose components merged" in text
+    assert ("phi towards infinity, where the log density flattens" in text) is named
