@@ -957,10 +957,14 @@ def _per_row_fix(report: Any, per_row: list[str]) -> str:
     calls = getattr(report, "calls", {}) or {}
     listed = ", ".join(f"{n} (with {', '.join(calls.get(n, ())) or 'a function over the rows'})"
                        for n in per_row)
+    used = sorted(set().union(*(set(calls.get(n, ())) for n in per_row)))
     text = (f"{listed} {'has' if len(per_row) == 1 else 'have'} one entry per row computed by a "
             "function over all rows, so no public value can stand for it (a row's entry is that "
             "row's data): compute each row's entry from that row's own data and named constants "
             "instead, and give those constants public values")
+    if used and not set(used) & set(QR_Q):
+        text += (f" (e.g. each {' and '.join(used)} over the rows in a transformed data variable "
+                 "of its own, which public_data can then give)")
     q = [n for n in per_row if set(calls.get(n, ())) & set(QR_Q)]
     r = [n for n in report.all_rows if set(calls.get(n, ())) & set(QR_R)]
     if q and r:

@@ -288,3 +288,33 @@ def test_the_rewritten_qr_program_fits_with_a_public_r(compiled):
     mu = 2.5 + q @ np.array([0.3, -0.2])
     np.testing.assert_allclose(model.row_log_lik(theta), stats.norm.logpdf(data["y"], mu, 1.4),
                                rtol=1e-10)
+
+
+def test_an_inline_z_score_is_told_to_name_its_constants():
+    """``vector[N] z = (x - mean(x)) / sd(x)`` in one statement: ``z`` has one entry per row, so
+    the advice is to name the mean and sd (which ``public_data`` can give), not to make ``z``
+    public (which it refuses)."""
+    from stan_dp.model import transformed_data_message
+
+    program = textwrap.dedent("""
+        data {
+          int<lower=0> N;
+          vector[N] x;
+          vector[N] y;
+        }
+        transformed data {
+          vector[N] z = (x - mean(x)) / sd(x);
+        }
+        parameters {
+          real a;
+        }
+        model {
+          y ~ normal(a * z, 1);
+        }
+        """)
+    report = analyse_transformed_data(program, "N", ["x", "y"])
+    assert report.per_row == ("z",) and report.calls == {"z": ("mean", "sd")}
+    msg = transformed_data_message(report, "N")
+    assert "z (with mean, sd) has one entry per row" in msg
+    assert "each mean and sd over the rows in a transformed data variable of its own" in msg
+    assert "public_data={" not in msg and msg.endswith(".")
