@@ -41,6 +41,7 @@ from scipy import stats
 
 from stan_dp.accounting import Budget, Release, gaussian_epsilon, validate_privacy_params
 from stan_dp.accounting.validation import check_relation
+from stan_dp.adaptation.curvature import flat_likelihood
 from stan_dp.adaptation.forecast import (exceed_probability, forecast, pld_mean_budget,
                                         whitened_grad_scale)
 from stan_dp.adaptation.newton import private_mode
@@ -304,15 +305,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     fc = forecast(n_public, dim, epsilon, delta, relation=relation,
                   kappa=clip_inflation(settings, n_public, budget_m, relation),
                   share=final_share * share, limit=FORECAST_LIMIT)
-    attrs: dict[str, Any] = {"warnings": "", "flat_likelihood": _flat_likelihood(model)}
-    if attrs["flat_likelihood"]:   # the program is public: warned before the data are touched
-        emit([f"the program's likelihood ({attrs['flat_likelihood']}) has no curvature in its "
-              "location (each row's log density is piecewise linear there), and the private mode "
-              "search steps by the rows' released curvature: it cannot find this posterior's mode, "
-              "and the result is not the posterior (a Laplace regression on 1,000 rows ended "
-              "1.1-288 posterior sds off in every one of 36 runs at epsilon 4 and 16). A smooth "
-              "likelihood can be fitted: student_t with a small nu is as robust to outlying "
-              "outcomes"], attrs, stacklevel=4)
+    attrs: dict[str, Any] = {"warnings": "", "flat_likelihood": flat_likelihood(model)}
     if fc.exceed_probability > EXCEED_PROBABILITY:
         emit([f"forecast from public facts (n={n_public}, dim={dim}, epsilon={epsilon:g}, "
               f"delta={delta:g}): the private mode is expected to be off by about "
@@ -603,22 +596,6 @@ LIGHT_TAILED_ALTERNATIVE = {"normal": "student_t in place of normal",
 likelihood that bounds or slows that growth."""
 
 
-FLAT_FAMILIES = frozenset({"double_exponential", "skew_double_exponential"})
-"""Outcome families whose log density is piecewise linear in its location: each row's curvature
-there is 0 but at one point, so the per-row curvature the private search releases (central
-differences of each row's gradient, :attr:`~stan_dp.adaptation.plan.AdaptationSettings.fd_step`
-frame units apart) is 0 in almost every row and a spike, clipped, in the few whose residual
-crosses 0 between the two points: the released sum reads no curvature where the posterior has
-some (docs/adaptation.md §7, "A Laplace likelihood")."""
-
-
-def _flat_likelihood(model: Any) -> str:
-    """The program's outcome family from :data:`FLAT_FAMILIES` (public: the program's sampling
-    statements on row variables), or ``""``."""
-    flat = sorted(set(getattr(model, "outcome_families", ()) or ()) & FLAT_FAMILIES)
-    return ", ".join(flat)
-
-
 DISPERSION_FAMILIES = {"neg_binomial_2": "phi", "neg_binomial_2_log": "phi",
                        "neg_binomial_2_log_glm": "phi", "neg_binomial": "beta",
                        "beta_binomial": "alpha + beta"}
@@ -697,8 +674,6 @@ def _centring_hint(model: Any) -> str:
     """
     row_vars = getattr(model, "row_vars", None)
     if int(model.dim) < 2 or (row_vars is not None and len(tuple(row_vars)) < 2):
-        return ""
-    if _flat_likelihood(model):   # not a ridge: the search cannot see curvature (warned)
         return ""
     return (" — in particular centred predictors (a predictor far from 0 relative to its spread, "
             "like a distance in metres around 5 km, makes its slope and the intercept nearly "
@@ -880,7 +855,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
         # Gaussian at the mode of a posterior far from Gaussian is not it: its intervals are not
         # credible intervals (the CLI then leaves them out); nor is a Gaussian at a saddle point
         "mixed": bool(result.settled and attrs["gaussian_shape_ok"] and not result.saddle
-                      and not squashed and not attrs["flat_likelihood"]),
+                      and not squashed),
         "at_bound": ", ".join(squashed),
         "nonfinite_draws_redrawn": int(redrawn),
         # the centre's move from the private mode by the skew check (largest, posterior sds)

@@ -240,8 +240,6 @@ def _not_mixed_reason(attrs: Any) -> str:
         reasons.append("it stopped at a saddle point")
     if not bool(attrs.get("gaussian_shape_ok", True)):
         reasons.append("the posterior is not Gaussian around the private mode")
-    if str(attrs.get("flat_likelihood", "") or ""):
-        reasons.append(f"the likelihood ({attrs['flat_likelihood']}) has no curvature for the search")
     if str(attrs.get("at_bound", "") or ""):
         reasons.append(f"the draws of {attrs['at_bound']} collapse onto a bound")
     return "; ".join(reasons) if reasons else "the Gaussian approximation does not represent the posterior"

@@ -97,10 +97,31 @@ def centred_coordinates(bounded: np.ndarray | None, theta: np.ndarray, frame: np
     return centred if bool(centred.any()) else None
 
 
+FLAT_FAMILIES = frozenset({"double_exponential", "skew_double_exponential"})
+"""Outcome families whose log density is piecewise linear in its location: each row's curvature
+there is 0 but at one point, so central differences of each row's gradient a small step apart
+read 0 in almost every row (a Laplace regression at its posterior, in its posterior's frame: all
+1,000 rows) and the released sum reads no curvature where the posterior has some.  For a density
+whose ``outcome_families`` (public: the program's sampling statements on row variables) include
+one (:func:`flat_likelihood`, decided where the releases are planned and passed to the row
+functions as ``outer``), :func:`_row_neg_hessians` takes the outer product of each row's gradient
+instead, whose sum
+is the empirical Fisher information: at the mode its mean is the curvature's (the information
+identity), and a Laplace row's gradient in its location is ``sign(r) x / s``, the same size at
+any residual (docs/adaptation.md §7, "A Laplace likelihood")."""
+
+
+def flat_likelihood(density: Any) -> str:
+    """The density's outcome families from :data:`FLAT_FAMILIES`, comma-separated, or ``""``."""
+    return ", ".join(sorted(set(getattr(density, "outcome_families", ()) or ()) & FLAT_FAMILIES))
+
+
 def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
-                      diagonal_only: bool = False, bounded: np.ndarray | None = None) -> np.ndarray:
+                      diagonal_only: bool = False, bounded: np.ndarray | None = None,
+                      outer: bool = False) -> np.ndarray:
     """Per-row ``-A' H_i A`` (shape ``(n, k, k)`` for a ``(d, k)`` frame), symmetrised; non-finite
-    entries zeroed.
+    entries zeroed.  With ``outer`` (a likelihood with no curvature in its location,
+    :data:`FLAT_FAMILIES`) each row's ``(A' g_i)(A' g_i)'`` instead.
 
     With ``diagonal_only`` only its diagonal, shape ``(n, k)``.  Along the coordinates
     ``bounded`` marks (Stan's logit transform of a parameter with both bounds, ``x = T(u)``) the
@@ -111,6 +132,12 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     ``±1``) that term is many times a row's share of the curvature and of either sign, and a
     clipped sum of it is biased.
     """
+    if outer:
+        with np.errstate(all="ignore"):
+            _, grads = density.row_log_lik_grad(theta)
+            w = np.asarray(grads, dtype=float).reshape(-1, theta.size) @ frame
+        w[~np.isfinite(w)] = 0.0
+        return w * w if diagonal_only else w[:, :, None] * w[:, None, :]
     cols = []
     centre = None
     with np.errstate(all="ignore"):
@@ -137,40 +164,44 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
 
 
 def _curvature_rows(density: Any, theta: np.ndarray, h: float,
-                    directions: np.ndarray | None = None) -> np.ndarray:
+                    directions: np.ndarray | None = None, outer: bool = False) -> np.ndarray:
     """Per-row ``|diag(-B' H_i B)|`` at ``theta`` (shape ``(n, k)``): the curvature along each column
-    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic)."""
+    of ``B = directions`` (``(d, k)``; default the coordinate axes, the initial frame's statistic).
+    ``outer`` as in :func:`_row_neg_hessians`."""
     b = np.eye(theta.size) if directions is None else np.asarray(directions, dtype=float)
     with np.errstate(all="ignore"):
-        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True))
+        return np.abs(_row_neg_hessians(density, theta, b, h, diagonal_only=True, outer=outer))
 
 
-def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
+def _orientation_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
+                      outer: bool = False) -> np.ndarray:
     """Per-row ``-A' H_i A`` divided by its Frobenius norm, flattened (shape ``(n, d*d)``).
 
     Every row weighs the same (norm 1, or 0 where its curvature is 0), so the
-    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove)."""
+    sum needs no clip bound: sensitivity ``k`` (2 replace-one, 1 add/remove).  ``outer`` as in
+    :func:`_row_neg_hessians`."""
     d = theta.size
-    mats = _row_neg_hessians(density, theta, frame, h).reshape(-1, d * d)
+    mats = _row_neg_hessians(density, theta, frame, h, outer=outer).reshape(-1, d * d)
     norms = np.linalg.norm(mats, axis=1)
     with np.errstate(all="ignore"):
         return np.where(norms[:, None] > 0.0, mats / np.where(norms > 0.0, norms, 1.0)[:, None], 0.0)
 
 
 def _round_rows(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
-                scales: np.ndarray, bounded: np.ndarray | None = None) -> np.ndarray:
+                scales: np.ndarray, bounded: np.ndarray | None = None, outer: bool = False) -> np.ndarray:
     """One Newton round's per-row statistic, shape ``(n, d + d*d + 2)``.
 
     Columns: the gradient in the frame (``Aᵀ g_i``), the symmetrised
     ``-Aᵀ H_i A`` flattened row-major, and the norms of both divided by the
-    public forecast bounds ``scales`` (for the private median).  ``bounded`` as in
+    public forecast bounds ``scales`` (for the private median).  ``bounded`` and ``outer`` as in
     :func:`_row_neg_hessians`.
     """
     d = theta.size
     _, grads = density.row_log_lik_grad(theta)
     with np.errstate(all="ignore"):
         whitened = np.asarray(grads, dtype=float).reshape(-1, d) @ frame
-    mats = _row_neg_hessians(density, theta, frame, h, bounded=bounded).reshape(whitened.shape[0], d * d)
+    mats = _row_neg_hessians(density, theta, frame, h, bounded=bounded,
+                             outer=outer).reshape(whitened.shape[0], d * d)
     with np.errstate(all="ignore"):
         norms = np.column_stack([np.linalg.norm(np.where(np.isfinite(whitened), whitened, 0.0), axis=1),
                                  np.linalg.norm(mats, axis=1)]) / np.asarray(scales, dtype=float)

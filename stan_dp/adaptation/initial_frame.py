@@ -17,7 +17,7 @@ import numpy as np
 
 from scipy import stats
 
-from stan_dp.adaptation.curvature import _curvature_rows, _orientation_rows
+from stan_dp.adaptation.curvature import _curvature_rows, _orientation_rows, flat_likelihood
 from stan_dp.adaptation.plan import NOISE_SPECTRAL_FACTOR, AdaptationSettings, scale_tail, tail_rows
 from stan_dp.adaptation.quantile import LOG2_RANGE, private_quantiles
 from stan_dp.adaptation.ridge import apart_from, thresholded_ridges
@@ -294,7 +294,7 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     post-processing.  Returns the new frame and whether it was turned.
     """
     d = theta.size
-    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step)
+    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step, bool(flat_likelihood(holder)))
     m_rel, sd_m = clipped_matrix_sum(rng_noise, RowColumns(holder, stat, 0, d * d), 1.0,
                                      z_orientation, ledger, "orientation sum")
     del stat
@@ -334,7 +334,7 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
             directions[idx] = u
             turned = True
     b = frame @ directions
-    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b)
+    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b, bool(flat_likelihood(holder)))
     tail = scale_tail(n_public, max(idx.size, 1), z_direction)
     within, rows = tail, float(n_public)
     weighed = None
@@ -452,10 +452,12 @@ def initial_scale_release(holder: Any, theta: np.ndarray, n_public: int, s: Adap
     if groups is not None and np.shape(groups)[1]:   # the axes, then the groups' directions
         d = theta.size + np.shape(groups)[1]
         directions = np.hstack([np.eye(theta.size), np.asarray(groups, dtype=float)])
-        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, directions)
+        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, directions,
+                                         bool(flat_likelihood(holder)))
     else:
         d = theta.size
-        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step)
+        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, None,
+                                         bool(flat_likelihood(holder)))
     cols = RowColumns(holder, curv_stat, 0, d)
     depending = noisy_counts(rng_noise, cols, np.full(d, 2.0 ** LOG2_RANGE[0]), z, ledger,
                              f"{what}, rows depending")

@@ -105,7 +105,7 @@ from typing import Any
 
 import numpy as np
 
-from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen,
+from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen, flat_likelihood,
                                           centred_coordinates, log_coordinates, logit_coordinates,
                                           prior_neg_hessian)
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
@@ -354,6 +354,7 @@ def private_mode(
     if not s.first_radius > 0:   # NaN too
         raise ValueError(f"first_radius must be positive (inf: no trust region), got {s.first_radius!r}")
     raise_h = bool(s.raise_curvature)
+    outer = bool(flat_likelihood(holder))   # public: the program's outcome family (FLAT_FAMILIES)
     # the rest of the near rounds' count releases count the gradient's tail; with raise_curvature
     # one of them counts the rows beyond the curvature bound instead
     tail_repeats = s.clip_rounds - s.clipped_repeats - int(raise_h)
@@ -374,7 +375,8 @@ def private_mode(
         # the bounded parameter vanishes and the steps it sets wandered (docs/adaptation.md §3,
         # "Bounded coordinates")
         stat = holder.row_statistic(_round_rows, theta, frame, s.fd_step, np.array([c_g, c_h]),
-                                    centred_coordinates(bounded, theta, frame, n_public) if pool else None)
+                                    centred_coordinates(bounded, theta, frame, n_public) if pool else None,
+                                    outer)
         whitened = RowColumns(holder, stat, 0, d)
         mats = RowColumns(holder, stat, d, d + d * d)
         norms = RowColumns(holder, stat, d + d * d, d + d * d + 2)
