@@ -105,10 +105,10 @@ read 0 in almost every row (a Laplace regression at its posterior, in its poster
 whose ``outcome_families`` (public: the program's sampling statements on row variables) include
 one (:func:`flat_likelihood`, decided where the releases are planned and passed to the row
 functions as ``outer``), :func:`_row_neg_hessians` takes the outer product of each row's gradient
-instead, whose sum
-is the empirical Fisher information: at the mode its mean is the curvature's (the information
-identity), and a Laplace row's gradient in its location is ``sign(r) x / s``, the same size at
-any residual (docs/adaptation.md §7, "A Laplace likelihood")."""
+instead, whose sum is the empirical Fisher information: at the mode its mean is the curvature's
+(the information identity), and a Laplace row's gradient in its location is ``sign(r) x / s``,
+the same size at any residual.  The release is the same clipped matrix sum, so its sensitivity
+is unchanged (docs/adaptation.md §7, "A Laplace likelihood")."""
 
 
 def flat_likelihood(density: Any) -> str:
