@@ -604,15 +604,21 @@ that goes to infinity there (``neg_binomial_2``'s ``phi``: the Poisson).  Near t
 barely inform it, and the prior holds it."""
 
 
+def _dispersion_family(model: Any) -> str:
+    """The program's outcome family from :data:`DISPERSION_FAMILIES` (public: the program's
+    sampling statements on row variables; the first by name where several), or ``""``."""
+    families = sorted(set(getattr(model, "outcome_families", ()) or ()) & set(DISPERSION_FAMILIES))
+    return families[0] if families else ""
+
+
 def _dispersion_limit(model: Any) -> str:
     """The prior-share warning's example for a program whose outcome family has a dispersion
-    parameter (:data:`DISPERSION_FAMILIES`; public: the program's sampling statements on row
-    variables): an audit's negative binomial with 70 % zeros was told only of a hierarchical
-    funnel's neck while its ``phi`` ran towards the Poisson limit (docs/adaptation.md §7)."""
-    families = sorted(set(getattr(model, "outcome_families", ()) or ()) & set(DISPERSION_FAMILIES))
-    if not families:
+    parameter (:func:`_dispersion_family`): an audit's negative binomial with 70 % zeros was told
+    only of a hierarchical funnel's neck while its ``phi`` ran towards the Poisson limit
+    (docs/adaptation.md §7)."""
+    family = _dispersion_family(model)
+    if not family:
         return ""
-    family = families[0]
     return (f" a dispersion the rows barely inform (the program's {family}: its "
             f"{DISPERSION_FAMILIES[family]} heading to infinity, where the rows look like "
             f"{'a binomial' if family == 'beta_binomial' else 'a Poisson'}: a prior on the "
@@ -621,14 +627,14 @@ def _dispersion_limit(model: Any) -> str:
 
 def _dispersion_saddle(model: Any) -> str:
     """The saddle warning's example for a program whose outcome family has a dispersion parameter
-    (:data:`DISPERSION_FAMILIES`): towards its limit the log density flattens along it and its
+    (:func:`_dispersion_family`): towards its limit the log density flattens along it and its
     curvature can change sign.  An audit's negative binomial with 70 % zeros read a saddle with
     ``phi`` running towards the Poisson limit, and was told only of mixtures and funnels."""
-    families = sorted(set(getattr(model, "outcome_families", ()) or ()) & set(DISPERSION_FAMILIES))
-    if not families:
+    family = _dispersion_family(model)
+    if not family:
         return ""
-    return (f", or (the program's {families[0]}) a dispersion heading to its limit, "
-            f"{DISPERSION_FAMILIES[families[0]]} towards infinity, where the log density flattens")
+    return (f", or (the program's {family}) a dispersion heading to its limit, "
+            f"{DISPERSION_FAMILIES[family]} towards infinity, where the log density flattens")
 
 
 def _tail_advice(model: Any) -> str:

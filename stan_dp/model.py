@@ -920,7 +920,7 @@ def transformed_data_message(report: Any, rows: str) -> str:
         parts.append(
             f"{', '.join(report.row_count)} depend(s) on the row count {rows} (the one-row "
             f"model has {rows} = 1, the zero-row model {rows} = 0)")
-    per_row = [n for n in getattr(report, "per_row", ()) if n in report.all_rows]
+    per_row = list(report.per_row)
     names = [n for n in report.all_rows if n not in per_row] + list(report.row_count)
     example = ", ".join(f'"{n}": ...' for n in names)
     steps = [_per_row_fix(report, per_row)] if per_row else []
@@ -954,19 +954,19 @@ def _per_row_fix(report: Any, per_row: list[str]) -> str:
     own entry, so the statement must change.  For the QR reparameterisation of Stan's User's Guide
     the rewrite is exact: ``x = Q R`` gives ``Q = x * inverse(R)``, each row's own predictors times
     a constant that can be public.  Names program variables only, never a value."""
-    calls = getattr(report, "calls", {}) or {}
+    calls = report.calls
     listed = ", ".join(f"{n} (with {', '.join(calls.get(n, ())) or 'a function over the rows'})"
                        for n in per_row)
     used = sorted(set().union(*(set(calls.get(n, ())) for n in per_row)))
+    q = [n for n in per_row if set(calls.get(n, ())) & set(QR_Q)]
+    r = [n for n in report.all_rows if set(calls.get(n, ())) & set(QR_R)]
     text = (f"{listed} {'has' if len(per_row) == 1 else 'have'} one entry per row computed by a "
             "function over all rows, so no public value can stand for it (a row's entry is that "
             "row's data): compute each row's entry from that row's own data and named constants "
             "instead, and give those constants public values")
-    if used and not set(used) & set(QR_Q):
+    if used and not q:
         text += (f" (e.g. each {' and '.join(used)} over the rows in a transformed data variable "
                  "of its own, which public_data can then give)")
-    q = [n for n in per_row if set(calls.get(n, ())) & set(QR_Q)]
-    r = [n for n in report.all_rows if set(calls.get(n, ())) & set(QR_R)]
     if q and r:
         sources = report.all_rows[q[0]]
         x = sources[0] if len(sources) == 1 else "the predictor matrix"

@@ -416,6 +416,11 @@ def _lower_bound(constraint: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _called_functions(text: str) -> set[str]:
+    """The names the statement ``text`` calls as functions (``{"mean", "sd"}``)."""
+    return set(re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*\(", text))
+
+
 def analyse_transformed_data(program: str, rows: str,
                              row_vars: Iterable[str]) -> TransformedDataReport:
     """Find the ``transformed data`` variables that combine rows.
@@ -493,15 +498,15 @@ def analyse_transformed_data(program: str, rows: str,
         for target, refs, stmt in writes:
             if target != name or any(rows in _identifiers(h) for h in stmt.headers):
                 continue
-            called = set(re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*\(", stmt.text))
+            called = _called_functions(stmt.text)
             if called & REDUCERS and any(r in row_data and not (r in decls and r in all_rows)
                                          for r in refs):
                 all_rows[name] = tuple(sorted(row_data[name]))
                 break
     counted = tuple(n for n in top if n in count and n not in row_data and not row_shaped(n))
-    calls = {name: tuple(sorted(set().union(*(
-        set(re.findall(r"([A-Za-z][A-Za-z0-9_]*)\s*\(", stmt.text)) & REDUCERS
-        for target, _, stmt in writes if target == name)))) for name in all_rows}
+    calls = {name: tuple(sorted(set().union(*(_called_functions(stmt.text) & REDUCERS
+                                              for target, _, stmt in writes if target == name))))
+             for name in all_rows}
     return TransformedDataReport(all_rows, counted, rows_lower, tuple(top),
                                  tuple(n for n in all_rows if row_shaped(n)), calls)
 
