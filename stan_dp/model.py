@@ -112,6 +112,7 @@ class ZeroRowPart:
     _cmdstan: Any = None
     _log_transformed: tuple[str, ...] | None = None
     _logit_transformed: tuple[str, ...] | None = None
+    _interval: tuple[str, ...] | None = None
     _ordered: dict[str, str] | None = None
     _hierarchical: dict[str, "HierarchicalStatement"] | None = None
     _sampled: tuple[tuple[str, str], ...] | None = None
@@ -210,6 +211,17 @@ class ZeroRowPart:
         the program or the unconstrained names are not known.
         """
         return self._coordinates_of(self.logit_transformed_parameters)
+
+    @property
+    def interval_coordinates(self) -> np.ndarray:
+        """Which unconstrained coordinates are on Stan's logit transform: every parameter declared
+        with both bounds, ``(0, 1)`` and ``(-1, 1)`` included (boolean, shape ``(dim,)``; public:
+        the program and the compiled model's names).  Read for the transform's Jacobian only
+        (:func:`stan_dp.adaptation.curvature._jacobian_ratio`).  All False where the program or
+        the unconstrained names are not known.
+        """
+        self._bounded_parameters()
+        return self._coordinates_of(self._interval or ())
 
     @property
     def log_coordinates(self) -> np.ndarray:
@@ -341,6 +353,7 @@ class ZeroRowPart:
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
+            interval: tuple[str, ...] = ()
             ordered: dict[str, str] = {}
             hierarchical: dict[str, HierarchicalStatement] = {}
             sampled: tuple[tuple[str, str], ...] = ()
@@ -350,12 +363,14 @@ class ZeroRowPart:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
                                                 self._stanc_args)
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
+                    interval = logit_transformed_parameters(program, unit=True)
                     ordered = ordered_parameters(program)
                     hierarchical = hierarchical_statements(program)
                     sampled, simplex = sampled_variates(program), simplex_parameters(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
+            self._interval = interval
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
         return self._log_transformed, self._logit_transformed, self._ordered
 

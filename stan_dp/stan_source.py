@@ -583,9 +583,9 @@ def _unit_bounded(bounds: dict[str, str]) -> bool:
         return False
 
 
-def logit_transformed_parameters(program: str) -> tuple[str, ...]:
+def logit_transformed_parameters(program: str, unit: bool = False) -> tuple[str, ...]:
     """The parameters declared with both a lower and an upper bound (Stan's logit transform),
-    except those bounded by ``(0, 1)`` or ``(-1, 1)`` (:data:`UNIT_BOUNDS`).
+    except, unless ``unit``, those bounded by ``(0, 1)`` or ``(-1, 1)`` (:data:`UNIT_BOUNDS`).
 
     Reads the ``parameters`` block of a canonical program, never data.  Such a parameter is
     sampled as ``u`` with ``x = L + (U - L) logistic(u)``, elementwise, whatever ``L`` and ``U``
@@ -595,11 +595,13 @@ def logit_transformed_parameters(program: str) -> tuple[str, ...]:
     or a correlation is left out: its logit is already its natural scale (a Bernoulli row's
     curvature in the log-odds is ``p (1 - p)`` for every row; taken back to ``p`` it is
     ``(1 - p)^2`` or ``p^2``, by the row's outcome, and a clipped sum of that is biased).
+    With ``unit`` every parameter on the transform is named (its Jacobian:
+    :func:`stan_dp.adaptation.curvature._jacobian_ratio`).
     """
     out = []
     for name, (decl, _) in _declarations(program, "parameters").items():
         bounds = _bound_expressions(decl.constraint)
-        if "lower" in bounds and "upper" in bounds and not _unit_bounded(bounds):
+        if "lower" in bounds and "upper" in bounds and (unit or not _unit_bounded(bounds)):
             out.append(name)
     return tuple(out)
 

@@ -205,6 +205,7 @@ def test_a_probabilitys_log_odds_are_its_natural_scale_and_are_kept():
 }
 """
     assert logit_transformed_parameters(program) == ("w", "z")
+    assert logit_transformed_parameters(program, unit=True) == ("p", "rho", "q", "w", "z")
 
 
 def test_the_program_names_the_doubly_bounded_parameters_and_the_model_their_coordinates(compiled):
@@ -229,7 +230,9 @@ def test_the_program_names_the_doubly_bounded_parameters_and_the_model_their_coo
     # a program with a simplex first: its 2 unconstrained coordinates shift the others
     mixed = stan_dp.RowModel(compiled(stan_test_model("bounded_mixed")), {"N": 5, "y": np.arange(5.0)})
     np.testing.assert_array_equal(mixed.bounded_coordinates,
-                                  [False, False, True, True, True, False, False])
+                                  [False, False, True, True, True, False, False, False])
+    np.testing.assert_array_equal(mixed.interval_coordinates,   # the probability p too
+                                  [False, False, True, True, True, False, False, True])
     assert mixed.log_transformed_parameters == ("tau",)
 
 

@@ -104,11 +104,17 @@ read 0 in almost every row (a Laplace regression at its posterior, in its poster
 1,000 rows) and the released sum reads no curvature where the posterior has some.  For a density
 whose ``outcome_families`` (public: the program's sampling statements on row variables) include
 one (:func:`flat_likelihood`, decided where the releases are planned and passed to the row
-functions as ``outer``), :func:`_row_neg_hessians` takes the outer product of each row's gradient
-instead, whose sum is the empirical Fisher information: at the mode its mean is the curvature's
-(the information identity), and a Laplace row's gradient in its location is ``sign(r) x / s``,
-the same size at any residual.  The release is the same clipped matrix sum, so its sensitivity
-is unchanged (docs/adaptation.md §7, "A Laplace likelihood")."""
+functions as ``outer``), :func:`_flat_rows_neg_hessians` takes, in the coordinates a row is linear
+in, the outer product of its gradient, whose sum is the empirical Fisher information: at the mode
+its mean is the curvature's (the information identity), and a Laplace row's gradient in its
+location is ``sign(r) x / s``, the same size at any residual.  Elsewhere (a scale) the differences
+stay.  The release is the same clipped matrix sum, so its sensitivity is unchanged
+(docs/adaptation.md §7, "A Laplace likelihood")."""
+
+
+FLAT_RTOL = 1e-9
+"""Relative change of a row's gradient across a step, beyond the transform's Jacobian, up to which
+:func:`_flat_rows_neg_hessians` reads its coordinate as one the row is linear in (rounding only)."""
 
 
 def flat_likelihood(density: Any) -> str:
@@ -121,7 +127,8 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
                       outer: bool = False) -> np.ndarray:
     """Per-row ``-A' H_i A`` (shape ``(n, k, k)`` for a ``(d, k)`` frame), symmetrised; non-finite
     entries zeroed.  With ``outer`` (a likelihood with no curvature in its location,
-    :data:`FLAT_FAMILIES`) each row's ``(A' g_i)(A' g_i)'`` instead.
+    :data:`FLAT_FAMILIES`) :func:`_flat_rows_neg_hessians` instead: the outer product of each row's
+    gradient in the coordinates the row is linear in.
 
     With ``diagonal_only`` only its diagonal, shape ``(n, k)``.  Along the coordinates
     ``bounded`` marks (Stan's logit transform of a parameter with both bounds, ``x = T(u)``) the
@@ -133,11 +140,8 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
     clipped sum of it is biased.
     """
     if outer:
-        with np.errstate(all="ignore"):
-            _, grads = density.row_log_lik_grad(theta)
-            w = np.asarray(grads, dtype=float).reshape(-1, theta.size) @ frame
-        w[~np.isfinite(w)] = 0.0
-        return w * w if diagonal_only else w[:, :, None] * w[:, None, :]
+        mats = _flat_rows_neg_hessians(density, theta, frame, h, bounded)
+        return np.diagonal(mats, axis1=1, axis2=2).copy() if diagonal_only else mats
     cols = []
     centre = None
     with np.errstate(all="ignore"):
@@ -161,6 +165,79 @@ def _row_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: flo
         mats = 0.5 * (mats + np.transpose(mats, (0, 2, 1)))
     mats[~np.isfinite(mats)] = 0.0
     return mats
+
+
+def _jacobian_ratio(density: Any, theta: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """``T'(u + s) / T'(u - s)`` per coordinate for Stan's transform ``x = T(u)`` read from the
+    program (public): ``exp(2 s)`` on a log transform (a lower bound only), the ratio of
+    ``logistic(u)(1 - logistic(u))`` on a logit transform (both bounds: ``interval_coordinates``,
+    or ``bounded_coordinates`` where a density declares only those), 1 elsewhere (an upper bound
+    only among them: its coordinates are not read as linear)."""
+    d = theta.size
+    ratio = np.ones(d)
+    logs = log_coordinates(density, d)
+    if logs is not None:
+        ratio[logs] = np.exp(2.0 * steps[logs])
+    bounded = declared_mask(density, "interval_coordinates", d)
+    if bounded is None:
+        bounded = declared_mask(density, "bounded_coordinates", d)
+    if bounded is not None and bool(bounded.any()):
+        def slope(u: np.ndarray) -> np.ndarray:
+            p = 1.0 / (1.0 + np.exp(-u))
+            return p * (1.0 - p)
+        with np.errstate(over="ignore"):
+            ratio[bounded] = slope(theta[bounded] + steps[bounded]) / slope(theta[bounded] - steps[bounded])
+    return ratio
+
+
+def _flat_rows_neg_hessians(density: Any, theta: np.ndarray, frame: np.ndarray, h: float,
+                            bounded: np.ndarray | None = None) -> np.ndarray:
+    """Per-row ``A' M_i A`` (shape ``(n, k, k)``) for a likelihood piecewise linear in some
+    parameters (:data:`FLAT_FAMILIES`).
+
+    ``M_i`` is the row's negative Hessian in the parameter coordinates, by central differences
+    along each axis (``h`` frame units: ``h`` times the frame's sd along that axis; ``bounded`` as
+    in :func:`_row_neg_hessians`), except in the block of the coordinates along which the row's
+    gradient in the constrained parameter does not change across the step (its location: a Laplace
+    row's gradient there is ``sign(r) x / s`` on both sides; on the unconstrained scale it changes
+    only by the transform's Jacobian, :func:`_jacobian_ratio`, to rounding), where it is the outer
+    product of the row's gradient ``g_i g_i'``.
+
+    At the mode the outer product's mean is the curvature's there (the information identity), and
+    the differences are exact everywhere else: in a Laplace scale ``log s`` they read ``|r| / s``,
+    where the outer product reads ``(|r| / s - 1)^2``, ``|r| / s`` times too much far below the mode,
+    so that a scale started at 1 for residuals in the tens rose by about ``s / |r|`` per round
+    (docs/adaptation.md §7, "A Laplace likelihood").  Non-finite entries are zeroed; symmetrised.
+    """
+    d = theta.size
+    steps = h * np.sqrt(np.sum(np.asarray(frame, dtype=float) ** 2, axis=1))
+    ratio = _jacobian_ratio(density, theta, steps)
+    with np.errstate(all="ignore"):
+        _, grads = density.row_log_lik_grad(theta)
+        g = np.asarray(grads, dtype=float).reshape(-1, d)
+        cols, flat = [], []
+        for j in range(d):
+            e = np.zeros(d)
+            e[j] = steps[j]
+            _, up = density.row_log_lik_grad(theta + e)
+            _, down = density.row_log_lik_grad(theta - e)
+            up = np.asarray(up, dtype=float).reshape(-1, d)
+            down = np.asarray(down, dtype=float).reshape(-1, d)
+            cols.append(-(up - down) / (2.0 * steps[j]))
+            flat.append(np.isclose(up[:, j], ratio[j] * down[:, j], rtol=FLAT_RTOL, atol=0.0))
+        mats = np.stack(cols, axis=2)
+        if bounded is not None:   # + diag(g_i r) over the bounded coordinates
+            idx = np.flatnonzero(bounded)
+            mats[:, idx, idx] += g[:, idx] * transform_curvature_ratio(theta, bounded)[idx]
+        mats = 0.5 * (mats + np.transpose(mats, (0, 2, 1)))
+        g[~np.isfinite(g)] = 0.0
+        flat_rows = np.column_stack(flat)
+        both = flat_rows[:, :, None] & flat_rows[:, None, :]
+        mats = np.where(both, g[:, :, None] * g[:, None, :], mats)
+        mats[~np.isfinite(mats)] = 0.0
+        out = np.einsum("ji,njk,kl->nil", frame, mats, frame)
+    out[~np.isfinite(out)] = 0.0
+    return out
 
 
 def _curvature_rows(density: Any, theta: np.ndarray, h: float,
