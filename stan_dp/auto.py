@@ -1064,8 +1064,8 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     d = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
     chain_m = pld_mean_budget(epsilon, delta) * (1.0 - adaptation_share)
-    clip = float(options.pop("clip", clip_inflation(settings, n_public, chain_m, relation)
-                             * whitened_grad_scale(n_public, d)))
+    given_clip = options.pop("clip", None)
+    rule_clip = float(clip_inflation(settings, n_public, chain_m, relation) * whitened_grad_scale(n_public, d))
     factor = 2.0 if relation == "replace_one" else 1.0
     max_step = 2.38 / math.sqrt(d)
     # The adaptation's releases are fixed by the budget split alone, so the
@@ -1076,34 +1076,42 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
     if method == "penalty":
         z = _ratio_noise_multiplier(epsilon, delta, relation, pre, warmup + iterations, chains,
                                     [Release(1.0)])
-        step = min(max_step, RATIO_NOISE_TARGET / (factor * z * clip * math.sqrt(d)))
-        kwargs.update(clip=clip, step_size=step, proposal="gaussian", relation=relation)
+        kwargs.update(proposal="gaussian", relation=relation)
         fn = penalty
     elif method == "hmc":
         ratio = 0.6 * math.sqrt(MCMC_LEAPFROG)   # DP HMC's default z_g / z_l at grad_clip = clip
         z = _ratio_noise_multiplier(epsilon, delta, relation, pre, warmup + iterations, chains,
                                     [Release(1.0), Release(ratio, MCMC_LEAPFROG)], [Release(ratio)])
-        step = min(0.5, RATIO_NOISE_TARGET / (factor * z * clip * MCMC_LEAPFROG * math.sqrt(d)))
-        kwargs.update(clip=clip, grad_clip=clip, step_size=step, n_leapfrog=MCMC_LEAPFROG,
-                      relation=relation)
+        kwargs.update(n_leapfrog=MCMC_LEAPFROG, relation=relation)
         fn = hmc
     elif method == "subsampled_penalty":
-        b = min(n_public, MCMC_BATCH)
-        kwargs.update(clip=clip, step_size=min(max_step, math.sqrt(b) / (n_public * clip * math.sqrt(d))),
-                      batch_size=b)
         fn = subsampled_penalty
     elif method == "barker":
-        b = min(n_public, MCMC_BATCH)
-        kwargs.update(step_size=min(max_step, math.sqrt(b) / (n_public * clip * math.sqrt(d))),
-                      batch_size=b)
         fn = barker
     else:  # pragma: no cover - checked by sample()
         raise ValueError(method)
-    kwargs.update(options)
 
     adapted = _adapt(model, epsilon=epsilon, delta=delta, share=adaptation_share, seed=seed,
                      relation=relation, public_n=public_n, start=start, settings=settings)
     result = adapted.result
+    # The chain's clip: the rule's, times the raise the adaptation's released counts of rows beyond
+    # its bound asked for (post-processing of released counts).  Its target is the
+    # posterior with every row's log-likelihood ratio clipped, so a bound the adaptation found too
+    # low biases the chain's target the same way; the step sizes follow the clip.
+    clip = float(given_clip) if given_clip is not None else rule_clip * float(result.clip_adjust)
+    b = min(n_public, MCMC_BATCH)
+    if method == "penalty":
+        kwargs.update(clip=clip, step_size=min(max_step, RATIO_NOISE_TARGET / (factor * z * clip * math.sqrt(d))))
+    elif method == "hmc":
+        kwargs.update(clip=clip, grad_clip=clip, step_size=min(
+            0.5, RATIO_NOISE_TARGET / (factor * z * clip * MCMC_LEAPFROG * math.sqrt(d))))
+    elif method == "subsampled_penalty":
+        kwargs.update(clip=clip, step_size=min(max_step, math.sqrt(b) / (n_public * clip * math.sqrt(d))),
+                      batch_size=b)
+    else:
+        kwargs.update(step_size=min(max_step, math.sqrt(b) / (n_public * clip * math.sqrt(d))),
+                      batch_size=b)
+    kwargs.update(options)
     whitened = WhitenedDensity(model, result.mode, result.frame)   # frame frame' = covariance
     # overdispersed, data-independent starts around the released mode
     rng = np.random.Generator(np.random.PCG64(None if seed is None else adapted.draw_seed))
