@@ -482,19 +482,61 @@ def _saddle_warning(model: Any, result: AdaptationResult) -> str:
                  else np.where(np.isfinite(result.upward), result.upward / sd, 0.0))
     order = [j for j in np.argsort(-np.abs(direction))[:SADDLE_NAMES] if direction[j] != 0.0]
     along = ", ".join(names[j] for j in order) if order else "some direction"
+    causes, advice = _saddle_causes(model)
     return (f"the private mode search stopped where the curvature released in its last rounds is "
             f"negative along a direction (mostly {along}; its least eigenvalue "
             f"{result.least_curvature:.2g} times the release's noise, below -{SADDLE_LIMIT:g}): the "
-            "log density curves upward there, so this is not a mode but a saddle point (a mixture "
-            "whose components merged into one) or the neck of a hierarchical funnel, where the "
-            f"curvature changes sign{_dispersion_saddle(model)}, and what is built there from the "
-            "curvature's absolute values "
-            "(the Gaussian approximation, or the chains' start and mass matrix) does not represent "
-            "the posterior. For a multimodal posterior (mixtures, symmetric or "
-            "label-switching parameters) a data-independent init= near the mode you expect (e.g. "
-            "mixture means spread over the outcome's range) or a parametrisation that removes the "
-            "symmetry may help, where more rows or a larger epsilon will not; for a hierarchical "
-            "model, more rows per group or a larger epsilon (the posterior nearer Gaussian)")
+            f"log density curves upward there, so this is not a mode but a saddle point — {causes} — "
+            "and what is built there from the curvature's absolute values (the Gaussian "
+            "approximation, or the chains' start and mass matrix) does not represent the posterior. "
+            f"{advice}")
+
+
+MIXTURE_SADDLE = ("a mixture whose components merged into one",
+                  "For a multimodal posterior (mixtures, symmetric or label-switching parameters) a "
+                  "data-independent init= near the mode you expect (e.g. mixture means spread over "
+                  "the outcome's range) or a parametrisation that removes the symmetry may help, where "
+                  "more rows or a larger epsilon will not")
+FUNNEL_SADDLE = ("the neck of a hierarchical funnel",
+                 "For a hierarchical model, more rows per group or a larger epsilon (the posterior "
+                 "nearer Gaussian) may help")
+""":func:`_saddle_causes`: the two causes the saddle warning names, each with its advice."""
+
+
+def _saddle_causes(model: Any) -> tuple[str, str]:
+    """The saddle warning's examples of a cause and its advice, fitted to the program.
+
+    Read from the program (public): a merged mixture only where its ``model`` block writes one
+    (``model.writes_mixture``), a hierarchical funnel's neck only where it has a centred
+    hierarchical statement (``model.hierarchical_locations``), a dispersion heading to its limit
+    only where its outcome family has one (:func:`_dispersion_saddle`).  A program with none of
+    them is told of a non-centred hierarchy's funnel (which the program's text does not tell
+    from a regression's standard-normal coefficients: session 50's non-centred ``hlogit`` read
+    saddles) or a point short of the mode; a density whose program is not known
+    (``writes_mixture`` None or absent) keeps both general examples.  The session-66
+    audit's multinomial logit and negative binomial were told of mixtures and funnels they did not
+    have (docs/adaptation.md §5).
+    """
+    mixture = getattr(model, "writes_mixture", None)
+    dispersion = _dispersion_saddle(model)
+    if mixture is None:
+        causes = [MIXTURE_SADDLE, FUNNEL_SADDLE]
+    else:
+        causes = ([MIXTURE_SADDLE] if mixture else []) + (
+            [FUNNEL_SADDLE] if getattr(model, "hierarchical_locations", None) else [])
+    if causes or dispersion:
+        text = " or ".join(cause for cause, _ in causes) + (", where the curvature changes sign" if causes else "")
+        advice = "; ".join(a if k == 0 else a[0].lower() + a[1:] for k, (_, a) in enumerate(causes))
+        if dispersion:
+            text = (text + ", or " if text else "") + dispersion
+            advice = (advice + "; " if advice else "") + (
+                "for a dispersion, a prior on its scale or the simpler family may help")
+        return text, advice[0].upper() + advice[1:] + "."
+    return ("the program has no mixture, centred hierarchical statement or dispersion that "
+            "explains one, so the neck of a non-centred hierarchy's funnel or a point short of the "
+            "mode, where the curvature changes sign",
+            "For a hierarchical model, more rows per group or a larger epsilon may help; otherwise "
+            "a data-independent init= nearer the posterior or rescaled parameters.")
 
 
 COUNT_NODES = 16
@@ -633,8 +675,8 @@ def _dispersion_saddle(model: Any) -> str:
     family = _dispersion_family(model)
     if not family:
         return ""
-    return (f", or (the program's {family}) a dispersion heading to its limit, "
-            f"{DISPERSION_FAMILIES[family]} towards infinity, where the log density flattens")
+    return (f"a dispersion heading to its limit (the program's {family}: "
+            f"{DISPERSION_FAMILIES[family]} towards infinity, where the log density flattens)")
 
 
 def _tail_advice(model: Any) -> str:

@@ -117,6 +117,7 @@ class ZeroRowPart:
     _hierarchical: dict[str, "HierarchicalStatement"] | None = None
     _sampled: tuple[tuple[str, str], ...] | None = None
     _simplex: tuple[str, ...] | None = None
+    _mixture: bool | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -276,6 +277,15 @@ class ZeroRowPart:
         return tuple(sorted({family for variate, family in (self._sampled or ()) if variate in rows}))
 
     @property
+    def writes_mixture(self) -> bool | None:
+        """Whether the program's ``model`` block writes a mixture (``log_mix`` or ``log_sum_exp``;
+        public: read from the program, never the data; None where it is unknown or unreadable;
+        :func:`stan_dp.stan_source.writes_mixture`).  The saddle warning names a merged mixture
+        only for such a program (:func:`stan_dp.auto._saddle_causes`)."""
+        self._bounded_parameters()
+        return self._mixture
+
+    @property
     def hierarchical_locations(self) -> dict[str, str]:
         """The program's centred hierarchical vectors, each with its location parameter
         (``{"a": "mu_a"}`` for ``a ~ normal(mu_a, sigma_a)``; public: read from the program, never
@@ -349,7 +359,7 @@ class ZeroRowPart:
             from stan_dp.stan_source import (canonical_program, hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              ordered_parameters, sampled_variates,
-                                             simplex_parameters)
+                                             simplex_parameters, writes_mixture)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
@@ -358,6 +368,7 @@ class ZeroRowPart:
             hierarchical: dict[str, HierarchicalStatement] = {}
             sampled: tuple[tuple[str, str], ...] = ()
             simplex: tuple[str, ...] = ()
+            mixture: bool | None = None
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
@@ -367,10 +378,11 @@ class ZeroRowPart:
                     ordered = ordered_parameters(program)
                     hierarchical = hierarchical_statements(program)
                     sampled, simplex = sampled_variates(program), simplex_parameters(program)
+                    mixture = writes_mixture(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
-            self._interval = interval
+            self._interval, self._mixture = interval, mixture
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
         return self._log_transformed, self._logit_transformed, self._ordered
 

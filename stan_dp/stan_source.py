@@ -754,6 +754,19 @@ def sampled_variates(program: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+_MIXTURE_CALL = re.compile(r"\b(?:log_mix|log_sum_exp)\s*\(")
+
+
+def writes_mixture(program: str) -> bool:
+    """Whether the ``model`` block of a canonical program calls ``log_mix`` or ``log_sum_exp``, the
+    two ways a Stan program writes a finite mixture (public: the program's text, never data)."""
+    blocks = program_blocks(program)
+    if "model" not in blocks:
+        return False
+    start, stop = blocks["model"]
+    return bool(_MIXTURE_CALL.search(program[start:stop]))
+
+
 def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],
                           rows: str) -> tuple[int, int, str] | None:
     """The edit ``(start, end, text)`` that turns a lower bound of 1 or more on ``rows`` into 0."""

@@ -118,6 +118,8 @@ def test_a_mixture_whose_search_stops_where_its_components_merge_warns_of_a_sadd
         fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=11, progress=False)
     said = [str(w.message) for w in caught if issubclass(w.category, stan_dp.UtilityWarning)]
     assert any("saddle point" in w and "mu[" in w for w in said), said
+    saddle = next(w for w in said if "saddle point" in w)   # the program's log_mix: no funnel named
+    assert "a mixture whose components merged" in saddle and "funnel" not in saddle
     assert fit.attrs["saddle"] and fit.attrs["least_curvature"] < -3 * SADDLE_LIMIT
     assert not fit.attrs["mixed"]   # no credible intervals from it
     from stan_dp.cli import _print_fit

@@ -17,7 +17,7 @@ import pytest
 import stan_dp
 from conftest import stan_test_model
 from stan_dp.auto import _tail_advice
-from stan_dp.stan_source import sampled_variates
+from stan_dp.stan_source import sampled_variates, writes_mixture
 from test_auto import PoissonGLM, _quiet_sample
 
 PROGRAM = """
@@ -137,3 +137,68 @@ def test_the_saddle_warning_names_a_dispersion_limit_where_the_program_has_one(f
     text = _saddle_warning(model, result)
     assert "mostly phi" in text and "a mixture whose components merged" in text
     assert ("phi towards infinity, where the log density flattens" in text) is named
+
+
+def _saddle_text(**program) -> str:
+    from types import SimpleNamespace
+
+    from stan_dp.auto import _saddle_warning
+
+    model = _Model(program.pop("families", None))
+    model.dim, model.param_names = 2, ["b", "phi"]
+    for name, value in program.items():
+        setattr(model, name, value)
+    result = SimpleNamespace(mode=np.zeros(2), posterior_sd=np.ones(2), upward=np.array([0.0, 1.0]),
+                             least_curvature=-3.0)
+    return _saddle_warning(model, result)
+
+
+MERGED, FUNNEL, DISPERSION = "a mixture whose components merged", "hierarchical funnel", "phi towards infinity"
+SHORT = "no mixture, centred hierarchical statement or dispersion"
+
+
+@pytest.mark.parametrize("program, named", [
+    ({}, {MERGED, FUNNEL}),                                       # not known: both general examples
+    ({"families": ("neg_binomial_2",)}, {MERGED, FUNNEL, DISPERSION}),
+    ({"writes_mixture": True}, {MERGED}),
+    ({"writes_mixture": False, "hierarchical_locations": {"a": "mu_a"}}, {FUNNEL}),
+    ({"writes_mixture": False, "families": ("neg_binomial_2_log",)}, {DISPERSION}),
+    ({"writes_mixture": False, "families": ("bernoulli_logit",)}, {SHORT}),   # the multinomial logit's kind
+])
+def test_the_saddle_warning_names_only_the_causes_the_program_can_have(program, named):
+    """Session 66's multinomial logit and session 68's negative binomial were told of merged
+    mixtures and funnel necks they did not have.  Each cause, and its advice, is named exactly
+    where the program has it; a program with none is told the search likely stopped short."""
+    text = _saddle_text(**program)
+    for phrase in (MERGED, FUNNEL, DISPERSION, SHORT):
+        assert (phrase in text) is (phrase in named), (phrase, text)
+    assert ("init= near the mode you expect" in text) is (MERGED in named)
+    assert ("more rows per group" in text) is bool({FUNNEL, SHORT} & named)   # SHORT: a non-centred one
+    assert ("a prior on its scale or the simpler family" in text) is (DISPERSION in named)
+
+
+def test_the_program_says_whether_it_writes_a_mixture(compiled):
+    mixture = """data {
+  int N;
+  vector[N] y;
+}
+parameters {
+  ordered[2] mu;
+  real<lower=0, upper=1> lambda;
+}
+model {
+  for (n in 1:N)
+    target += log_mix(lambda, normal_lpdf(y[n] | mu[1], 1), normal_lpdf(y[n] | mu[2], 1));
+}
+"""
+    assert writes_mixture(mixture)
+    assert writes_mixture(mixture.replace("log_mix(lambda,", "log_sum_exp(log(lambda) +").replace(
+        "mu[1], 1), normal", "mu[1], 1), log1m(lambda) + normal"))
+    assert not writes_mixture(mixture.replace("target += log_mix(lambda, normal_lpdf(y[n] | mu[1], 1), "
+                                              "normal_lpdf(y[n] | mu[2], 1));", "y[n] ~ normal(mu[1], 1);"))
+    helper = "functions {\n  real f(real x) { return log_sum_exp(x, x); }\n}\n"   # read in the model block only
+    assert not writes_mixture(helper + "parameters {\n  real m;\n}\nmodel {\n  m ~ normal(f(0), 1);\n}\n")
+    model = stan_dp.RowModel(compiled(stan_test_model("normal_mixture")), {"N": 3, "y": [40.0, 55.0, 70.0]})
+    assert model.writes_mixture is True
+    model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), _dollars(50))
+    assert model.writes_mixture is False
