@@ -1077,6 +1077,29 @@ def choose_method(n_public: int, dim: int, epsilon: float, delta: float, relatio
     return "penalty" if sd <= 2.0 else "gaussian"
 
 
+def _chain_bias_warning(adapted: Any, dim: int) -> str:
+    """The warning of a chain whose target's clipping bias may exceed :data:`FORECAST_LIMIT`.
+
+    The chain clips every row's ratio at the adaptation's final bound, in its frame, so the bias
+    the adaptation's released counts give there (``clipping_bias_bound``, with the rows beyond
+    twice the bound where the bound was not adaptive) is the chain's target's too.  Its chance of
+    exceeding the limit, over the count's noise (:func:`_miss_probability` with no other noise:
+    the chain's own Monte Carlo error is R-hat's and ESS's), above :data:`EXCEED_PROBABILITY`
+    warns.  Post-processing of released values; ``""`` otherwise.
+    """
+    result = adapted.result
+    bias = float(adapted.attrs["clipping_bias_bound"])
+    chance = _miss_probability(np.zeros(dim), bias - result.clipping_bias_bound, result)
+    if not chance > EXCEED_PROBABILITY:
+        return ""
+    return (f"the chain's target clips every row's log-likelihood ratio at the adaptation's final "
+            f"bound, and the rows beyond it (released counts) can move it by about {bias:.2g} "
+            f"posterior sds (more than {FORECAST_LIMIT:g} with probability {chance:.0%}), which "
+            "neither the chains' spread nor R-hat shows; a larger epsilon or more rows would help"
+            + ("" if adapted.attrs["adaptive_clip"] else
+               ", and so would the adaptive bound (AdaptationSettings(adaptive_clip=True))"))
+
+
 def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int, draws: int, seed: Any,
           relation: str, public_n: int | None, init: Any, progress: bool,
           settings: AdaptationSettings = AdaptationSettings(),
@@ -1168,6 +1191,10 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     # the adaptation raised its own warnings; the sampler's were held back above
     sampler_messages = [m for m in str(attrs.get("warnings", "")).split("\n") if m]
+    if given_clip is None:
+        bias_message = _chain_bias_warning(adapted, d)
+        if bias_message:
+            sampler_messages.append(bias_message)
     for message in sampler_messages:
         warnings.warn(message, UtilityWarning, stacklevel=3)
     messages = [m for m in adapted.attrs["warnings"].split("\n") if m] + sampler_messages

@@ -20,8 +20,11 @@ from scipy import optimize, special
 
 from stan_dp.adaptation.forecast import pld_mean_budget, whitened_grad_scale
 from stan_dp.adaptation.plan import AdaptationSettings, clip_inflation
+from stan_dp.honesty import UtilityWarning
 from stan_dp.auto import MCMC_ADAPTATION_SHARE
 from test_auto import _quiet_sample
+
+CHAIN_BIAS = "the chain's target clips every row's log-likelihood ratio"
 
 N = 2000
 EPSILON = 1e4
@@ -123,7 +126,21 @@ def test_the_chain_clips_where_the_adaptation_raised_its_bound():
         assert np.isclose(fit.attrs["clip"], rule * fit.attrs["grad_clip_raised"], rtol=1e-12)
         error = (_mean(fit) - mode) / sd
         assert np.all(np.abs(error) < 0.5), (seed, error)
+        assert CHAIN_BIAS not in fit.attrs["warnings"]   # stated bias 0.01-0.13
         plain, caught = _quiet_sample(model, epsilon=EPSILON, delta=1e-5, seed=seed, progress=False, clip=rule)
         error = (_mean(plain) - mode) / sd
         assert error[3] > 0.7, (seed, error)
         assert not caught
+
+
+def test_a_chain_at_a_bound_that_clips_too_many_rows_says_so():
+    """With the bound kept at the rule's (``adaptive_clip=False``) the adaptation's released counts
+    put the chain's clipping bias at 1.4-14 posterior sds (measured, 3 seeds) and the chain warns
+    of it, naming the adaptive bound; ``log phi`` was 0.3-1.1 sds off.  The warning is recorded in
+    ``attrs`` as well as raised."""
+    model = NegBinClaims()
+    fit, caught = _quiet_sample(model, epsilon=EPSILON, delta=1e-5, seed=1, progress=False,
+                                settings=AdaptationSettings(adaptive_clip=False))
+    said = [str(w.message) for w in caught if issubclass(w.category, UtilityWarning) and CHAIN_BIAS in str(w.message)]
+    assert len(said) == 1 and said[0] in fit.attrs["warnings"]
+    assert fit.attrs["clipping_bias_bound"] > 0.5 and "adaptive_clip=True" in said[0]
