@@ -1080,7 +1080,8 @@ def choose_method(n_public: int, dim: int, epsilon: float, delta: float, relatio
 def _chain_bias_warning(adapted: Any, dim: int) -> str:
     """The warning of a chain whose target's clipping bias may exceed :data:`FORECAST_LIMIT`.
 
-    The chain clips every row's ratio at the adaptation's final bound, in its frame, so the bias
+    The chain clips every row's ratio at the adaptation's final bound, in its frame (DP Barker's
+    ratio bound is fixed, ``sqrt(b) / n``, and its step size makes it that gradient bound), so the bias
     the adaptation's released counts give there (``clipping_bias_bound``, with the rows beyond
     twice the bound where the bound was not adaptive) is the chain's target's too.  Its chance of
     exceeding the limit, over the count's noise (:func:`_miss_probability` with no other noise:
