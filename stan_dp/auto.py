@@ -506,7 +506,7 @@ FUNNEL_SADDLE = ("the neck of a hierarchical funnel",
 def _saddle_causes(model: Any) -> tuple[str, str]:
     """The saddle warning's examples of a cause and its advice, fitted to the program.
 
-    Read from the program (public): a merged mixture only where its ``model`` block writes one
+    Read from the program (public): a merged mixture only where it writes one
     (``model.writes_mixture``), a hierarchical funnel's neck only where it has a centred
     hierarchical statement (``model.hierarchical_locations``), a dispersion heading to its limit
     only where its outcome family has one (:func:`_dispersion_saddle`).  A program with none of

@@ -757,14 +757,19 @@ def sampled_variates(program: str) -> tuple[tuple[str, str], ...]:
 _MIXTURE_CALL = re.compile(r"\b(?:log_mix|log_sum_exp)\s*\(")
 
 
+MIXTURE_BLOCKS = ("functions", "transformed parameters", "model")
+"""The blocks :func:`writes_mixture` reads: where a log density is written (a user function the
+model calls, a per-row log density kept in transformed parameters, the model block itself)."""
+
+
 def writes_mixture(program: str) -> bool:
-    """Whether the ``model`` block of a canonical program calls ``log_mix`` or ``log_sum_exp``, the
-    two ways a Stan program writes a finite mixture (public: the program's text, never data)."""
+    """Whether a canonical program calls ``log_mix`` or ``log_sum_exp`` in one of
+    :data:`MIXTURE_BLOCKS`, the two ways a Stan program writes a finite mixture or sums out a
+    discrete latent variable (public: the program's text, never data).  Generated quantities
+    (a posterior predictive's ``log_sum_exp``) do not count."""
     blocks = program_blocks(program)
-    if "model" not in blocks:
-        return False
-    start, stop = blocks["model"]
-    return bool(_MIXTURE_CALL.search(program[start:stop]))
+    return any(bool(_MIXTURE_CALL.search(program[start:stop]))
+               for name, (start, stop) in blocks.items() if name in MIXTURE_BLOCKS)
 
 
 def _row_count_relaxation(program: str, data_decls: dict[str, tuple[Declaration, Statement]],

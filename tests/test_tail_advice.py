@@ -196,8 +196,13 @@ model {
         "mu[1], 1), normal", "mu[1], 1), log1m(lambda) + normal"))
     assert not writes_mixture(mixture.replace("target += log_mix(lambda, normal_lpdf(y[n] | mu[1], 1), "
                                               "normal_lpdf(y[n] | mu[2], 1));", "y[n] ~ normal(mu[1], 1);"))
-    helper = "functions {\n  real f(real x) { return log_sum_exp(x, x); }\n}\n"   # read in the model block only
-    assert not writes_mixture(helper + "parameters {\n  real m;\n}\nmodel {\n  m ~ normal(f(0), 1);\n}\n")
+    helper = "functions {\n  real f(real x) { return log_sum_exp(x, x); }\n}\n"   # a user function's mixture
+    plain = "parameters {\n  real m;\n}\nmodel {\n  m ~ normal(0, 1);\n}\n"
+    assert writes_mixture(helper + plain) and not writes_mixture(plain)
+    kept = plain.replace("model {", "transformed parameters {\n  real lp = log_sum_exp(m, -m);\n}\nmodel {")
+    assert writes_mixture(kept)
+    predictive = plain + "generated quantities {\n  real z = log_sum_exp(m, 0);\n}\n"
+    assert not writes_mixture(predictive)
     model = stan_dp.RowModel(compiled(stan_test_model("normal_mixture")), {"N": 3, "y": [40.0, 55.0, 70.0]})
     assert model.writes_mixture is True
     model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), _dollars(50))
