@@ -493,14 +493,20 @@ def _saddle_warning(model: Any, result: AdaptationResult) -> str:
 
 
 MIXTURE_SADDLE = ("a mixture whose components merged into one",
-                  "For a multimodal posterior (mixtures, symmetric or label-switching parameters) a "
+                  "for a multimodal posterior (mixtures, symmetric or label-switching parameters) a "
                   "data-independent init= near the mode you expect (e.g. mixture means spread over "
                   "the outcome's range) or a parametrisation that removes the symmetry may help, where "
                   "more rows or a larger epsilon will not")
 FUNNEL_SADDLE = ("the neck of a hierarchical funnel",
-                 "For a hierarchical model, more rows per group or a larger epsilon (the posterior "
+                 "for a hierarchical model, more rows per group or a larger epsilon (the posterior "
                  "nearer Gaussian) may help")
 """:func:`_saddle_causes`: the two causes the saddle warning names, each with its advice."""
+DISPERSION_ADVICE = "for a dispersion, a prior on its scale or the simpler family may help"
+NO_CAUSE_SADDLE = ("the program has no mixture, centred hierarchical statement or dispersion that "
+                   "explains one, so the neck of a non-centred hierarchy's funnel or a point short of "
+                   "the mode, where the curvature changes sign",
+                   "for a hierarchical model, more rows per group or a larger epsilon may help; "
+                   "otherwise a data-independent init= nearer the posterior or rescaled parameters may")
 
 
 def _saddle_causes(model: Any) -> tuple[str, str]:
@@ -512,31 +518,27 @@ def _saddle_causes(model: Any) -> tuple[str, str]:
     only where its outcome family has one (:func:`_dispersion_saddle`).  A program with none of
     them is told of a non-centred hierarchy's funnel (which the program's text does not tell
     from a regression's standard-normal coefficients: session 50's non-centred ``hlogit`` read
-    saddles) or a point short of the mode; a density whose program is not known
-    (``writes_mixture`` None or absent) keeps both general examples.  The session-66
+    saddles) or a point short of the mode (:data:`NO_CAUSE_SADDLE`); a density whose program is
+    not known (``writes_mixture`` None or absent) keeps both general examples.  The session-66
     audit's multinomial logit and negative binomial were told of mixtures and funnels they did not
     have (docs/adaptation.md §5).
     """
     mixture = getattr(model, "writes_mixture", None)
-    dispersion = _dispersion_saddle(model)
     if mixture is None:
         causes = [MIXTURE_SADDLE, FUNNEL_SADDLE]
     else:
         causes = ([MIXTURE_SADDLE] if mixture else []) + (
             [FUNNEL_SADDLE] if getattr(model, "hierarchical_locations", None) else [])
-    if causes or dispersion:
-        text = " or ".join(cause for cause, _ in causes) + (", where the curvature changes sign" if causes else "")
-        advice = "; ".join(a if k == 0 else a[0].lower() + a[1:] for k, (_, a) in enumerate(causes))
-        if dispersion:
-            text = (text + ", or " if text else "") + dispersion
-            advice = (advice + "; " if advice else "") + (
-                "for a dispersion, a prior on its scale or the simpler family may help")
-        return text, advice[0].upper() + advice[1:] + "."
-    return ("the program has no mixture, centred hierarchical statement or dispersion that "
-            "explains one, so the neck of a non-centred hierarchy's funnel or a point short of the "
-            "mode, where the curvature changes sign",
-            "For a hierarchical model, more rows per group or a larger epsilon may help; otherwise "
-            "a data-independent init= nearer the posterior or rescaled parameters.")
+    texts = [" or ".join(cause for cause, _ in causes) + ", where the curvature changes sign"] if causes else []
+    advice = [a for _, a in causes]
+    dispersion = _dispersion_saddle(model)
+    if dispersion:
+        texts.append(dispersion)
+        advice.append(DISPERSION_ADVICE)
+    if not texts:
+        texts, advice = [NO_CAUSE_SADDLE[0]], [NO_CAUSE_SADDLE[1]]
+    joined = "; ".join(advice)
+    return ", or ".join(texts), joined[0].upper() + joined[1:] + "."
 
 
 COUNT_NODES = 16
