@@ -231,3 +231,43 @@ def test_a_laplace_scale_started_far_below_its_mode_is_found(monkeypatch):
                      np.log(fit.posterior["s"].values).mean()])
     assert np.max(np.abs(mean - mode) / sd) > 5.0
     assert not fit.attrs["search_settled"] and caught
+
+
+def _metres(seed: int = 0, n: int = N) -> dict:
+    rng = np.random.default_rng(seed)
+    dist = rng.uniform(0.0, 500.0, n)
+    return {"N": n, "dist_m": dist, "y": 250.0 - 0.2 * dist + rng.laplace(0.0, 20.0, n)}
+
+
+def test_the_stan_program_with_a_unit_bounded_slope_reaches_its_mode(compiled, monkeypatch):
+    """``tests/stan/laplace_bounded.stan`` (1,000 rows, epsilon = 4): the program's family and its
+    ``(-1, 1)`` slope are read (``outcome_families``, ``interval_coordinates``), and the private mode
+    is within 1 sd of the exact mode in every unconstrained coordinate, settled (measured 0.46,
+    0.63, 0.48 over seeds 1-3; sds from the summed gradient outer products at the mode, the
+    Fisher information, as the location has no Hessian).  With the outer product everywhere (the
+    counterfactual) the same runs were 231, 26.6 and 9.5 sds off, unsettled; seed 3 is checked."""
+    import stan_dp
+    from conftest import stan_test_model, traced_adaptation
+
+    model = stan_dp.RowModel(compiled(stan_test_model("laplace_bounded")), _metres())
+    assert model.outcome_families == ("double_exponential",)
+    np.testing.assert_array_equal(model.interval_coordinates, [False, True, False])
+    assert not model.bounded_coordinates.any()   # a unit bound: left out of the centring
+
+    def neg(th):
+        return -(float(model.row_log_lik_grad(th)[0].sum()) + model.log_prior_grad(th)[0])
+
+    start = model.unconstrain({"a": 250.0, "b": -0.2, "s": 20.0})
+    mode = optimize.minimize(neg, start, method="Nelder-Mead",
+                             options={"xatol": 1e-10, "fatol": 1e-10, "maxiter": 40_000}).x
+    _, g = model.row_log_lik_grad(mode)
+    sd = np.sqrt(np.diag(np.linalg.inv(g.T @ g)))
+    for seed in (1, 2):
+        _, adapted = traced_adaptation(model, 4.0, seed)
+        assert adapted.attrs["flat_likelihood"] == "double_exponential"
+        assert adapted.result.settled
+        assert np.all(np.abs(adapted.result.mode - mode) / sd < 1.0), (seed, (adapted.result.mode - mode) / sd)
+    monkeypatch.setattr(curvature, "_flat_rows_neg_hessians", _pure_outer)
+    _, adapted = traced_adaptation(model, 4.0, 3)
+    assert not adapted.result.settled
+    assert np.max(np.abs(adapted.result.mode - mode) / sd) > 5.0
