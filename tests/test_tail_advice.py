@@ -168,7 +168,8 @@ SHORT = "no mixture, centred hierarchical statement or dispersion"
 def test_the_saddle_warning_names_only_the_causes_the_program_can_have(program, named):
     """Session 66's multinomial logit and session 68's negative binomial were told of merged
     mixtures and funnel necks they did not have.  Each cause, and its advice, is named exactly
-    where the program has it; a program with none is told the search likely stopped short."""
+    where the program has it; a program with none is told of a non-centred funnel or a point short
+    of the mode."""
     text = _saddle_text(**program)
     for phrase in (MERGED, FUNNEL, DISPERSION, SHORT):
         assert (phrase in text) is (phrase in named), (phrase, text)
