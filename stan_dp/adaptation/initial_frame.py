@@ -294,7 +294,8 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
     post-processing.  Returns the new frame and whether it was turned.
     """
     d = theta.size
-    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step, bool(flat_likelihood(holder)))
+    outer = bool(flat_likelihood(holder))   # public: the program's outcome family
+    stat = holder.row_statistic(_orientation_rows, theta, frame, s.fd_step, outer)
     m_rel, sd_m = clipped_matrix_sum(rng_noise, RowColumns(holder, stat, 0, d * d), 1.0,
                                      z_orientation, ledger, "orientation sum")
     del stat
@@ -334,7 +335,7 @@ def _oriented_frame(holder: Any, theta: np.ndarray, frame: np.ndarray, data_coor
             directions[idx] = u
             turned = True
     b = frame @ directions
-    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b, bool(flat_likelihood(holder)))
+    stat = holder.row_statistic(_curvature_rows, theta, s.fd_step, b, outer)
     tail = scale_tail(n_public, max(idx.size, 1), z_direction)
     within, rows = tail, float(n_public)
     weighed = None
@@ -449,15 +450,12 @@ def initial_scale_release(holder: Any, theta: np.ndarray, n_public: int, s: Adap
     # Per-row values are computed and kept where the rows live (in this
     # process, or on the workers of a sharded model); only counts and clipped
     # sums of them come back, through the mechanisms of releases.py.
-    if groups is not None and np.shape(groups)[1]:   # the axes, then the groups' directions
-        d = theta.size + np.shape(groups)[1]
+    directions = None   # the axes (_curvature_rows' default), then any groups' directions
+    if groups is not None and np.shape(groups)[1]:
         directions = np.hstack([np.eye(theta.size), np.asarray(groups, dtype=float)])
-        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, directions,
-                                         bool(flat_likelihood(holder)))
-    else:
-        d = theta.size
-        curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, None,
-                                         bool(flat_likelihood(holder)))
+    d = theta.size if directions is None else directions.shape[1]
+    curv_stat = holder.row_statistic(_curvature_rows, theta, s.initial_fd_step, directions,
+                                     bool(flat_likelihood(holder)))
     cols = RowColumns(holder, curv_stat, 0, d)
     depending = noisy_counts(rng_noise, cols, np.full(d, 2.0 ** LOG2_RANGE[0]), z, ledger,
                              f"{what}, rows depending")
