@@ -110,13 +110,15 @@ def test_adaptive_bound_keeps_the_plan_and_the_count_sensitivity():
         1.0, planned_settings(settings, 2000, model.dim, pld_mean_budget(2.0, 1e-6)), 2000, model.dim)
     assert fit.attrs["releases"] == plain.attrs["releases"] == sum(r.count for r in plan)
     assert fit.attrs["epsilon_spent"] == plain.attrs["epsilon_spent"] <= 2.0
-    # the near rounds' 7 count releases are split 4 tail + 3 clipped, at the clip counts' multiplier
+    # the near rounds' 7 count releases are split 3 tail + 1 curvature tail + 3 clipped, at the clip
+    # counts' multiplier
     assert fit.attrs["search_settled"]
     kinds = {part.split(": ")[0]: part.split(": ")[1] for part in fit.attrs["release_summary"].split("; ")}
     tail, clipped = int(kinds["tail count"].split(" x ")[0]), int(kinds["clipped count"].split(" x ")[0])
-    assert 3 * tail == 4 * clipped > 0
+    curvature = int(kinds["curvature tail count"].split(" x ")[0])
+    assert tail == clipped == 3 * curvature > 0
     assert kinds["clipped count"].split(" x ")[1] == kinds["tail count"].split(" x ")[1] \
-        == kinds["clip count"].split(" x ")[1]
+        == kinds["curvature tail count"].split(" x ")[1] == kinds["clip count"].split(" x ")[1]
     # the same split without adaptive_clip: the count is made (it gives the reported bias), only
     # the raising is off
     assert plain.attrs["release_summary"] == fit.attrs["release_summary"]

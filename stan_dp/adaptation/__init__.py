@@ -10,6 +10,8 @@
 * :mod:`.initial_frame` — the search's starting frame: private scales, a turn along a ridge;
 * :mod:`.curvature` — per-row curvature in the frame and one round's frame algebra;
 * :mod:`.newton` — private mode and curvature in a learned frame (the Newton rounds);
+* :mod:`.curvature_bound` — the curvature bound near the mode, raised where released counts say
+  its clipping biases the released curvature;
 * :mod:`.pooling` — the rounds near the mode pooled into one estimate (post-processing);
 * :mod:`.final_check` — where the rounds are blind, one release that lets an unsettled search
   report a point it evaluated instead of its last step;

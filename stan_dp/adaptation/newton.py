@@ -109,6 +109,7 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
                                           centred_coordinates, log_coordinates, logit_coordinates,
                                           prior_neg_hessian)
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
+from stan_dp.adaptation.curvature_bound import CurvatureBound
 from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import (element_axes_widened, floor_elements_scaled, group_directions,
                                        group_locations, grouped_frame, hyperparameter_scale,
@@ -127,43 +128,13 @@ from stan_dp.adaptation.skew import skew_check
 from stan_dp.aggregates import RowColumns, queries
 from stan_dp.density import prior_gradient
 
-__all__ = ["private_mode", "KAPPA_STEP", "KAPPA_ADJUST_MAX", "CURVATURE_CLIPPED_SHARE", "CURVATURE_STEP",
-           "CURVATURE_ADJUST_MAX", "CURVATURE_RAISE_ROUNDS", "LOG_STEP_MAX", "OVERSHOOT", "POOL_OVERSHOOT"]
+__all__ = ["private_mode", "KAPPA_STEP", "KAPPA_ADJUST_MAX", "LOG_STEP_MAX", "OVERSHOOT", "POOL_OVERSHOOT"]
 
 
 KAPPA_STEP = 1.3
 """Factor by which ``adaptive_clip`` raises the gradient bound."""
 KAPPA_ADJUST_MAX = 4.0
 """Largest factor ``adaptive_clip`` applies to the public gradient bound."""
-
-
-CURVATURE_CLIPPED_SHARE = 0.25
-"""With :attr:`~stan_dp.adaptation.plan.AdaptationSettings.raise_curvature`, the curvature bound is
-raised near the mode where a round's released count says that more than this share of the rows is
-beyond it (at 2 noise sds).  The rows' curvature norms move with the frame, so the count is the
-round's own, not pooled over rounds.
-
-The bound is ``kappa_hessian`` (1.5) times the forecast 90th percentile of the rows' curvature norms
-(:func:`~stan_dp.adaptation.forecast.whitened_hessian_scale`), set to clip under 1 % of a GLM's rows
-in the posterior's frame.  With a quarter of them beyond it the bound is inside the bulk of the rows,
-not in their tail.  Rows whose curvature is mostly a residual times the curvature of a transform (a
-simplex's in a multinomial logit, ``eta = log(share) + x beta``) are of either sign and sum to
-little, and the rows clipped are those of the rare outcomes (the largest residuals): the clipped
-sum's bias has a sign.  A multinomial logit with a ``simplex[4]`` baseline (3,000 rows,
-epsilon = 16) had 2,220-2,653 rows beyond the bound and 675-1,359 beyond twice it, and its pooled
-curvature read as a saddle (least eigenvalue -1.3 to -2.2 in the frame against +0.65 to +0.71
-unclipped, at the last three rounds of one run) in 4 of 6 runs; with the raise in none.  On by
-default only for a simplex: a quarter of a GLM's rows are beyond the bound in a frame wider than
-the posterior's too, and over the 20-model battery at 1,000 rows the count raised the bound in 30
-of 480 runs at epsilon = 16 and 10 at epsilon = 4, where no saddle was at stake in most (a tenth:
-88 and 72; docs/adaptation.md §3)."""
-CURVATURE_STEP = 2.0
-"""Factor by which a count beyond :data:`CURVATURE_CLIPPED_SHARE` raises the curvature bound."""
-CURVATURE_ADJUST_MAX = 8.0
-"""Largest factor the counts apply to the public curvature bound."""
-CURVATURE_RAISE_ROUNDS = 4
-"""A raise needs this many rounds left (this one included): it empties the pool, whose rounds were
-released at the lower bound, and the rounds after it pool afresh."""
 
 
 LOG_STEP_MAX = 3.0
@@ -353,15 +324,14 @@ def private_mode(
         raise ValueError("clipped_repeats must be between 1 and clip_rounds - 1")
     if not s.first_radius > 0:   # NaN too
         raise ValueError(f"first_radius must be positive (inf: no trust region), got {s.first_radius!r}")
-    raise_h = bool(s.raise_curvature)
     outer = bool(flat_likelihood(holder))   # public: the program's outcome family (FLAT_FAMILIES)
-    # the rest of the near rounds' count releases count the gradient's tail; with raise_curvature
-    # one of them counts the rows beyond the curvature bound instead
-    tail_repeats = s.clip_rounds - s.clipped_repeats - int(raise_h)
+    # the factor on the public curvature bound near the mode, and the counts that raise it
+    curvature_bound = CurvatureBound(s.raise_curvature, s.raise_curvature_tail, c_h, n_public, z_c, s.rounds)
+    # the rest of the near rounds' count releases count the gradient's tail
+    tail_repeats = s.clip_rounds - s.clipped_repeats - curvature_bound.releases
     if tail_repeats < 1:
-        raise ValueError("clipped_repeats must leave a tail count: at most clip_rounds - 1, "
-                         "clip_rounds - 2 with raise_curvature")
-    adjust_h = 1.0   # factor on the public curvature bound near the mode (CURVATURE_CLIPPED_SHARE)
+        raise ValueError("clipped_repeats must leave a tail count: at most clip_rounds - 1, one fewer "
+                         "for each of raise_curvature and raise_curvature_tail")
     # trust region of a full step, frame units: the first round's (first_radius sqrt(d)), then
     # one set by an overshoot; 4 times larger after every full step that was not taken back
     radius = s.first_radius * math.sqrt(d)
@@ -384,7 +354,8 @@ def private_mode(
         # round; away from the pool the medians' bound is at least this level's (whose count,
         # the larger, the report then uses: clipped_count)
         release_level = level
-        if pool:
+        release_near = bool(pool)   # this round's releases are a near round's
+        if release_near:
             # Near the mode the bounds are the public forecast and the medians
             # are not needed: the same count releases (same multiplier) check
             # the tail instead — rows beyond TAIL_MULTIPLE times the gradient bound.
@@ -393,20 +364,13 @@ def private_mode(
                                   f"tail count, round {k}", repeats=tail_repeats)
             tail_counts.append(float(np.mean(counts)))
             tail_sd = z_c / math.sqrt(tail_repeats)
-            if raise_h:
-                # rows beyond the curvature bound: where more than a quarter are, the bound cuts
-                # into the bulk of the rows and the clipped sum is biased; raise it from this
-                # round on, and pool afresh (CURVATURE_CLIPPED_SHARE)
-                beyond = RowColumns(holder, stat, d + d * d + 1, d + d * d + 2)
-                curvature_count = float(noisy_counts(rng_noise, beyond, np.array([adjust_h]), z_c, ledger,
-                                                     f"curvature clipped count, round {k}")[0])
-                if (curvature_count - 2.0 * z_c > CURVATURE_CLIPPED_SHARE * n_public
-                        and adjust_h * CURVATURE_STEP <= CURVATURE_ADJUST_MAX
-                        and k + CURVATURE_RAISE_ROUNDS <= s.rounds):
-                    adjust_h *= CURVATURE_STEP
-                    pool.clear()
-                    streak.clear()
-            bound_g, bound_h = c_g * adjust, c_h * adjust_h
+            # the curvature bound's counts: a raise holds from this round on, and the pool, whose
+            # rounds were released at the lower bound, restarts (curvature_bound)
+            if curvature_bound.near_round(rng_noise, RowColumns(holder, stat, d + d * d + 1, d + d * d + 2),
+                                          ledger, k):
+                pool.clear()
+                streak.clear()
+            bound_g, bound_h = c_g * adjust, c_h * curvature_bound.adjust
             # rows beyond this round's bound (released), pooled over the rounds at this bound: the
             # clipping bias the result reports (every run); with adaptive_clip, too many of them
             # raise the bound for the next rounds (post-processing; none after the last round: a
@@ -432,7 +396,7 @@ def private_mode(
                                            ledger=ledger, what=f"clip count, round {k}",
                                            log2_range=(-20.0, 60.0))
             bound_g = c_g * _median_bound_factor(float(medians[0]), adjust, s.kappa_far)
-            bound_h = c_h * max(adjust_h, s.kappa_far * float(medians[1]))
+            bound_h = c_h * max(curvature_bound.adjust, s.kappa_far * float(medians[1]))
         g_rel, _ = clipped_vector_sum(rng_noise, whitened, bound_g, z_g, ledger, f"gradient sum, round {k}")
         sd_g = ledger.entries[-1].noise_sd
         h_rel, sd_h = clipped_matrix_sum(rng_noise, mats, bound_h, z_h, ledger, f"curvature sum, round {k}")
@@ -440,6 +404,7 @@ def private_mode(
         grad = g_rel + frame.T @ np.where(np.isfinite(pg), pg, 0.0)
         prior_hess = prior_neg_hessian(density, theta, frame, s.fd_step)
         tau = NOISE_SPECTRAL_FACTOR * sd_h * math.sqrt(2.0 * d)
+        curvature_bound.observe(h_rel, prior_hess, tau, near=release_near)
         lam_step, lam, q = _step_eigen(h_rel, prior_hess, tau)   # lam capped: frame, noise level, pool
         lam, gain_capped = _gain_floor(lam, q, g_rel, gain)
         du = q @ ((q.T @ grad) / np.maximum(lam, lam_step))   # Newton's step beyond the cap too
@@ -629,4 +594,4 @@ def private_mode(
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd,
                             np.array(pull).reshape(len(pull), d), checked, skew_shift=skew,
                             skew_shift_sd=skew_sd, least_curvature=least_curvature,
-                            upward=upward, curvature_adjust=adjust_h)
+                            upward=upward, curvature_adjust=curvature_bound.adjust)

@@ -152,7 +152,7 @@ class AdaptationResult(NamedTuple):
     """The direction of :attr:`least_curvature` in ``theta`` space (``None``: no pool)."""
     curvature_adjust: float = 1.0
     """Factor the near rounds' released counts raised the curvature bound by (1: not raised;
-    :data:`stan_dp.adaptation.newton.CURVATURE_CLIPPED_SHARE`)."""
+    :mod:`stan_dp.adaptation.curvature_bound`)."""
     bias_per_row: float = BIAS_PER_CLIPPED_ROW_HIGH
     """``rho``: the bias one clipped row adds to :attr:`clipping_bias_bound`, in units of the final
     gradient bound.  :data:`BIAS_PER_CLIPPED_ROW_HIGH` (the default), or
