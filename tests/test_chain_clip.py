@@ -117,7 +117,7 @@ def test_the_chain_clips_where_the_adaptation_raised_its_bound():
     The counterfactual, the rule's clip given as ``clip``, is made where the frame is the one the
     rule's clip was biased in: without the curvature tail rule (``raise_curvature_tail=False``)
     the frame is wider along ``log phi``, and there ``log phi`` is more than 0.7 sds high with the
-    rule's clip (measured 0.96-1.21; 0.04-0.20 with the raised one) and nothing warns about it.
+    rule's clip (measured 0.96-1.21; 0.16-0.20 with the raised one) and nothing warns about it.
     With the default frame the rule's clip is 0.15-0.27 high (4 seeds)."""
     model = NegBinClaims()
     mode, sd = model.exact()
