@@ -153,7 +153,9 @@ class CurvatureBound:
             scale = float(np.mean(self._scales)) if self._scales else self._last_scale
             upward = any(self._upward) if self._upward else self._last_upward
             bound = self.public_bound * self.adjust
-            if upward and curvature_clipped(self._counts, scale, bound, self.count_sd) and self._can_raise(k):
+            # one raise a round: after the bulk's, the tail's count is the new bound's first
+            if (not raised and upward and curvature_clipped(self._counts, scale, bound, self.count_sd)
+                    and self._can_raise(k)):
                 self._raise()
                 raised = True
         return raised
