@@ -119,10 +119,11 @@ def test_a_glm_keeps_the_public_curvature_bound(epsilon):
         assert adapted.result.curvature_adjust == 1.0
 
 
-def _exact_row_curvatures(model, mode: np.ndarray):
+def _exact_row_curvatures(model, mode: np.ndarray, matrices: bool = False):
     """The rows' curvature norms at the exact mode in the exact Laplace frame (the Cholesky factor
     of the inverse negative Hessian, by central differences of the exact gradient: NOT private),
-    the public curvature bound, and the summed curvature's mean eigenvalue there."""
+    the public curvature bound, and the summed curvature's mean eigenvalue there (and the rows'
+    curvature matrices, with ``matrices``)."""
     from stan_dp.adaptation.curvature import _row_neg_hessians
 
     n, d = model.n_rows, model.dim
@@ -136,7 +137,8 @@ def _exact_row_curvatures(model, mode: np.ndarray):
     mats = _row_neg_hessians(model, mode, frame, 1e-3)
     norms = np.linalg.norm(mats.reshape(n, d * d), axis=1)
     bound = AdaptationSettings().kappa_hessian * whitened_hessian_scale(n, d)
-    return norms, bound, float(np.trace(mats.sum(axis=0))) / d
+    scale = float(np.trace(mats.sum(axis=0))) / d
+    return (norms, bound, scale, mats) if matrices else (norms, bound, scale)
 
 
 def test_a_negative_binomial_clips_its_curvature_far_beyond_the_bound_and_a_glm_does_not():
@@ -152,12 +154,14 @@ def test_a_negative_binomial_clips_its_curvature_far_beyond_the_bound_and_a_glm_
         beyond = float(np.sum(norms > CURVATURE_TAIL * bound))
         assert 0.5 < scale < 1.5   # the frame is the posterior's: the summed curvature about I
         assert curvature_clipped([beyond], scale, bound, 1e-9) is clipped, (beyond, bound, scale)
-        # the excess the rule bounds from below is there: the clipped rows' summed excess
-        excess = float(np.sum(np.maximum(norms - bound, 0.0)))
-        assert excess >= beyond * (CURVATURE_TAIL - 1.0) * bound
-    # a raise (CURVATURE_STEP = 2) leaves the negative binomial's tail below the rule
+    # the negative binomial's clipped rows push one way: clipping changes the summed curvature
+    # (Frobenius) by more than the rule's lower bound, not only the rows' norms summed
     model = NegBinClaims()
-    norms, bound, scale = _exact_row_curvatures(model, model.exact()[0])
+    norms, bound, scale, mats = _exact_row_curvatures(model, model.exact()[0], matrices=True)
+    clipped = (mats * np.minimum(1.0, bound / norms)[:, None, None]).sum(axis=0)
+    change = float(np.linalg.norm(mats.sum(axis=0) - clipped))
+    assert change > np.sum(norms > CURVATURE_TAIL * bound) * (CURVATURE_TAIL - 1.0) * bound
+    # a raise (CURVATURE_STEP = 2) leaves its tail below the rule
     assert not curvature_clipped([float(np.sum(norms > CURVATURE_TAIL * 2.0 * bound))], scale, 2.0 * bound, 1e-9)
 
 

@@ -77,9 +77,13 @@ def curvature_clipped(counts: list[float], scale: float, bound: float, count_sd:
     :data:`CURVATURE_BIAS_SHARE` of the released curvature's scale (post-processing).
 
     A row whose curvature norm (Frobenius, in the frame) is beyond ``CURVATURE_TAIL`` times the
-    bound ``B`` loses at least ``(CURVATURE_TAIL - 1) B`` to clipping, so ``N`` such rows change
-    the summed curvature by at least ``N (CURVATURE_TAIL - 1) B`` in that norm: a lower bound on
-    the clipping bias.  ``N`` is the mean of the released ``counts`` of the near rounds at this
+    bound ``B`` loses at least ``(CURVATURE_TAIL - 1) B`` to clipping, so ``N`` such rows take at
+    least ``N (CURVATURE_TAIL - 1) B`` out of the sum, in that norm summed over the rows.  Where
+    the clipped rows' curvatures share a direction and sign (the large counts of a negative
+    binomial along its dispersion, the rare outcomes of a multinomial logit: the cases that read
+    a false saddle) that is a lower bound on the clipped sum's change itself; where they cancel
+    it overstates it, and the upward gate (:class:`CurvatureBound`) keeps the raise to where the
+    clipped sum curved upward.  ``N`` is the mean of the released ``counts`` of the near rounds at this
     bound less :data:`CURVATURE_COUNT_SDS` noise sds (``count_sd / sqrt(len(counts))``).
     ``scale`` is the released curvature's mean eigenvalue (its trace over ``d``, with the exact
     prior's) at those rounds: about 1 in the posterior's frame and ``w^2`` in one ``w`` times too
