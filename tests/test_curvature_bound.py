@@ -127,13 +127,7 @@ def _exact_row_curvatures(model, mode: np.ndarray, matrices: bool = False):
     from stan_dp.adaptation.curvature import _row_neg_hessians
 
     n, d = model.n_rows, model.dim
-
-    def grad(theta):
-        return model.row_log_lik_grad(theta)[1].sum(axis=0) + model.log_prior_grad(theta)[1]
-
-    h = 1e-5
-    hess = -np.array([(grad(mode + h * e) - grad(mode - h * e)) / (2 * h) for e in np.eye(d)])
-    frame = np.linalg.cholesky(np.linalg.inv(0.5 * (hess + hess.T)))
+    frame = np.linalg.cholesky(np.linalg.inv(_exact_neg_hessian(model, mode)))
     mats = _row_neg_hessians(model, mode, frame, 1e-3)
     norms = np.linalg.norm(mats.reshape(n, d * d), axis=1)
     bound = AdaptationSettings().kappa_hessian * whitened_hessian_scale(n, d)
@@ -242,21 +236,29 @@ def _choices(n: int = 3000, seed: int = 7) -> dict:
     return {"N": n, "age": age, "km": km, "choice": choice}
 
 
+def _negative_log_density(model, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """The exact negative log density and its gradient, summed over every row (NOT private)."""
+    lik, grad = model.row_log_lik_grad(theta)
+    prior, prior_grad = model.log_prior_grad(theta)
+    return -(float(lik.sum()) + prior), -(grad.sum(axis=0) + prior_grad)
+
+
+def _exact_neg_hessian(model, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """The exact log density's negative Hessian at ``theta`` by central differences of its exact
+    gradient, symmetrised (NOT private)."""
+    hess = np.array([(_negative_log_density(model, theta + h * e)[1]
+                      - _negative_log_density(model, theta - h * e)[1]) / (2 * h) for e in np.eye(model.dim)])
+    return 0.5 * (hess + hess.T)
+
+
 def _exact_mode_and_sd(model) -> tuple[np.ndarray, np.ndarray]:
     """The posterior mode by scipy's BFGS on the exact log density (Stan's, summed over every row:
     NOT private) and the Laplace sds from central differences of its exact gradient."""
     from scipy import optimize
 
-    def neg(theta):
-        lik, grad = model.row_log_lik_grad(theta)
-        prior, prior_grad = model.log_prior_grad(theta)
-        return -(float(lik.sum()) + prior), -(grad.sum(axis=0) + prior_grad)
-
-    res = optimize.minimize(neg, np.zeros(model.dim), jac=True, method="BFGS",
-                            options={"gtol": 1e-8, "maxiter": 10_000})
-    h = 1e-5
-    hess = np.array([(neg(res.x + h * e)[1] - neg(res.x - h * e)[1]) / (2 * h) for e in np.eye(model.dim)])
-    return res.x, np.sqrt(np.diag(np.linalg.inv(0.5 * (hess + hess.T))))
+    res = optimize.minimize(lambda theta: _negative_log_density(model, theta), np.zeros(model.dim),
+                            jac=True, method="BFGS", options={"gtol": 1e-8, "maxiter": 10_000})
+    return res.x, np.sqrt(np.diag(np.linalg.inv(_exact_neg_hessian(model, res.x))))
 
 
 def test_a_multinomial_logit_with_a_simplex_is_not_read_as_a_saddle(compiled):
