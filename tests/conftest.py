@@ -46,6 +46,23 @@ def traced_adaptation(model, epsilon: float, seed: int, **settings):
     return trace, adapted
 
 
+def exact_negative_log_density(model, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """The exact negative log density of ``model`` (``row_log_lik_grad`` summed over every row plus
+    ``log_prior_grad``) and its gradient (NOT private: a yardstick)."""
+    lik, grad = model.row_log_lik_grad(theta)
+    prior, prior_grad = model.log_prior_grad(theta)
+    return -(float(np.sum(lik)) + prior), -(np.asarray(grad).sum(axis=0) + prior_grad)
+
+
+def exact_neg_hessian(model, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """The exact log density's negative Hessian at ``theta`` by central differences of its exact
+    gradient (:func:`exact_negative_log_density`), symmetrised (NOT private)."""
+    hess = np.array([(exact_negative_log_density(model, theta + h * e)[1]
+                      - exact_negative_log_density(model, theta - h * e)[1]) / (2 * h)
+                     for e in np.eye(len(theta))])
+    return 0.5 * (hess + hess.T)
+
+
 def plain_curvature_weights(pool, frame):
     """``pooling.curvature_weights`` as the pool had it before it weighed the rounds by their noise in
     the current frame: the plain mean, with the noise sd of one frame (for counterfactual tests)."""

@@ -22,6 +22,7 @@ from stan_dp.adaptation.forecast import pld_mean_budget, whitened_grad_scale
 from stan_dp.adaptation.plan import AdaptationSettings, clip_inflation
 from stan_dp.honesty import UtilityWarning
 from stan_dp.auto import MCMC_ADAPTATION_SHARE
+from conftest import exact_neg_hessian, exact_negative_log_density
 from test_auto import _quiet_sample
 
 CHAIN_BIAS = "the chain's target clips every row's log-likelihood ratio"
@@ -77,19 +78,10 @@ class NegBinClaims:
     def exact(self) -> tuple[np.ndarray, np.ndarray]:
         """The posterior mode of ``(a, b_age, b_smoker, log phi)`` (scipy BFGS) and the sds of the
         Laplace approximation there (Hessian by central differences of the exact gradient)."""
-        def neg(th):
-            ll, g = self.row_log_lik_grad(th)
-            lp, gp = self.log_prior_grad(th)
-            return -(float(ll.sum()) + lp), -(g.sum(axis=0) + gp)
-
-        mode = optimize.minimize(neg, np.array([-3.0, 0.02, 0.5, np.log(2.0)]), jac=True, method="BFGS",
+        mode = optimize.minimize(lambda th: exact_negative_log_density(self, th),
+                                 np.array([-3.0, 0.02, 0.5, np.log(2.0)]), jac=True, method="BFGS",
                                  options={"gtol": 1e-9}).x
-        hess = np.empty((4, 4))
-        for j in range(4):
-            e = np.zeros(4)
-            e[j] = 1e-5
-            hess[:, j] = (neg(mode + e)[1] - neg(mode - e)[1]) / 2e-5
-        return mode, np.sqrt(np.diag(np.linalg.inv(0.5 * (hess + hess.T))))
+        return mode, np.sqrt(np.diag(np.linalg.inv(exact_neg_hessian(self, mode))))
 
 
 def _mean(fit) -> np.ndarray:

@@ -20,9 +20,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import stan_test_model, traced_adaptation
+from conftest import exact_neg_hessian, exact_negative_log_density, stan_test_model, traced_adaptation
+from stan_dp.adaptation.curvature_bound import CURVATURE_STEP, CurvatureBound
 from stan_dp.adaptation.forecast import pld_mean_budget, whitened_hessian_scale
 from stan_dp.adaptation.plan import AdaptationSettings, noise_multipliers, planned_settings
+from stan_dp.adaptation.releases import Ledger
+from stan_dp.aggregates import RowColumns
 from test_auto import logistic
 
 N = 2000
@@ -127,7 +130,7 @@ def _exact_row_curvatures(model, mode: np.ndarray, matrices: bool = False):
     from stan_dp.adaptation.curvature import _row_neg_hessians
 
     n, d = model.n_rows, model.dim
-    frame = np.linalg.cholesky(np.linalg.inv(_exact_neg_hessian(model, mode)))
+    frame = np.linalg.cholesky(np.linalg.inv(exact_neg_hessian(model, mode)))
     mats = _row_neg_hessians(model, mode, frame, 1e-3)
     norms = np.linalg.norm(mats.reshape(n, d * d), axis=1)
     bound = AdaptationSettings().kappa_hessian * whitened_hessian_scale(n, d)
@@ -236,29 +239,14 @@ def _choices(n: int = 3000, seed: int = 7) -> dict:
     return {"N": n, "age": age, "km": km, "choice": choice}
 
 
-def _negative_log_density(model, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """The exact negative log density and its gradient, summed over every row (NOT private)."""
-    lik, grad = model.row_log_lik_grad(theta)
-    prior, prior_grad = model.log_prior_grad(theta)
-    return -(float(lik.sum()) + prior), -(grad.sum(axis=0) + prior_grad)
-
-
-def _exact_neg_hessian(model, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
-    """The exact log density's negative Hessian at ``theta`` by central differences of its exact
-    gradient, symmetrised (NOT private)."""
-    hess = np.array([(_negative_log_density(model, theta + h * e)[1]
-                      - _negative_log_density(model, theta - h * e)[1]) / (2 * h) for e in np.eye(model.dim)])
-    return 0.5 * (hess + hess.T)
-
-
 def _exact_mode_and_sd(model) -> tuple[np.ndarray, np.ndarray]:
     """The posterior mode by scipy's BFGS on the exact log density (Stan's, summed over every row:
     NOT private) and the Laplace sds from central differences of its exact gradient."""
     from scipy import optimize
 
-    res = optimize.minimize(lambda theta: _negative_log_density(model, theta), np.zeros(model.dim),
+    res = optimize.minimize(lambda theta: exact_negative_log_density(model, theta), np.zeros(model.dim),
                             jac=True, method="BFGS", options={"gtol": 1e-8, "maxiter": 10_000})
-    return res.x, np.sqrt(np.diag(np.linalg.inv(_exact_neg_hessian(model, res.x))))
+    return res.x, np.sqrt(np.diag(np.linalg.inv(exact_neg_hessian(model, res.x))))
 
 
 def test_a_multinomial_logit_with_a_simplex_is_not_read_as_a_saddle(compiled):
@@ -278,3 +266,22 @@ def test_a_multinomial_logit_with_a_simplex_is_not_read_as_a_saddle(compiled):
     assert np.max(np.abs(result.mode - mode) / sd) < 1.0, (result.mode - mode) / sd
     _, plain = traced_adaptation(model, 16.0, 3, raise_curvature=False, raise_curvature_tail=False)
     assert plain.result.curvature_adjust == 1.0 and plain.result.saddle
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_one_raise_a_round_where_both_rules_would_raise(bulk):
+    """Every row's curvature is 100 bounds and the last released curvature curved upward beyond
+    its noise, so each rule on its own raises the bound in every near round; with both on, the
+    tail's count after the bulk's raise is the new bound's first, and the bound doubles once a
+    round, not twice.  The count releases are made either way (one per rule per near round)."""
+    rows = 400
+    beyond = RowColumns.of_array(np.full((rows, 1), 100.0))
+    bound = CurvatureBound(bulk, True, public_bound=1.0, n_public=rows, count_sd=1.0, rounds=30)
+    # least eigenvalue -5 against a noise bound tau = 1: beyond -SADDLE_LIMIT tau
+    bound.observe(np.diag([-5.0, 1.0]), np.zeros((2, 2)), tau=1.0, near=False)
+    ledger = Ledger("replace_one")
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        assert bound.near_round(rng, beyond, ledger, k)
+        assert bound.adjust == CURVATURE_STEP ** (k + 1)
+    assert len(ledger.entries) == 3 * bound.releases
