@@ -18,7 +18,7 @@ import numpy as np
 from stan_dp.density import prior_gradient
 
 __all__ = ["prior_neg_hessian", "declared_mask", "logit_coordinates", "log_coordinates",
-           "transform_curvature_ratio", "centred_coordinates"]
+           "transform_curvature_ratio", "centred_coordinates", "reported_covariance"]
 
 
 def prior_neg_hessian(density: Any, theta: np.ndarray, frame: np.ndarray, h: float) -> np.ndarray:
@@ -356,6 +356,31 @@ def _next_frame(frame: np.ndarray, lam: np.ndarray, q: np.ndarray) -> np.ndarray
     apart.  The symmetric root depends on ``Q diag(lam) Q'`` alone.
     """
     return frame @ ((q / np.sqrt(lam)) @ q.T)
+
+
+def reported_covariance(curvature: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The covariance ``curvature^-1`` and its symmetric root, computed in ``frame``'s units.
+
+    ``curvature`` is the search's final one (``theta`` space) and ``frame`` the frame it was pooled
+    in, where its eigenvalues are about 1.  In ``theta`` space an unstandardised model's span many
+    decades, and there a floor relative to the largest cut the posterior: a regression on ``year``
+    and ``year^2`` (years 1950-2020, 800 rows) has precision eigenvalues from 1.7e-6 to 3.0e15,
+    and the floor at 1e-12 of the largest, applied there, reported sds 4e4 times too small for the
+    intercept along the coefficients' ridge, its noise as 1.8e4 of those sds (0.42 of the exact
+    ones) and draws 0.43 times as wide as the exact posterior (``tests/test_reported_covariance.py``).
+    Here the eigenvalues are floored at 1e-12 of the largest in the frame (invertible where the
+    curvature is singular or, by round-off, not positive).  The root is ``U S U'`` from the SVD
+    ``U S V'`` of ``frame Q diag(lam^-1/2)``: the symmetric root of the covariance, which depends
+    on the covariance alone (not on the eigenbasis LAPACK picks: :func:`_next_frame`), computed
+    from a factor whose condition number is the square root of the covariance's.
+    """
+    in_frame = frame.T @ curvature @ frame
+    lam, q = np.linalg.eigh(0.5 * (in_frame + in_frame.T))
+    lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
+    factor = frame @ (q / np.sqrt(lam))
+    u, s, _ = np.linalg.svd(factor)
+    root = (u * s) @ u.T
+    return factor @ factor.T, 0.5 * (root + root.T)
 
 
 def _gain_floor(lam: np.ndarray, q: np.ndarray, grad: np.ndarray,

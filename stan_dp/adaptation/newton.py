@@ -107,7 +107,7 @@ import numpy as np
 
 from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows, _step_eigen, flat_likelihood,
                                           centred_coordinates, log_coordinates, logit_coordinates,
-                                          prior_neg_hessian)
+                                          prior_neg_hessian, reported_covariance)
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
 from stan_dp.adaptation.curvature_bound import CurvatureBound
 from stan_dp.adaptation.far import far_phase
@@ -561,10 +561,7 @@ def private_mode(
         # that the rows prefer by far replaces the estimate (final_check)
         mode, checked = final_check(holder, density, evaluated, mode, zs["check"], rng_noise, ledger,
                                     use=not settled)
-    lam, q = np.linalg.eigh(0.5 * (curvature + curvature.T))
-    lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
-    covariance = (q / lam) @ q.T
-    frame = (q / np.sqrt(lam)) @ q.T
+    covariance, frame = reported_covariance(curvature, frame)
     skew, skew_sd = np.zeros(d), np.zeros(d)
     if s.skew_share:
         # the plan's last release: how far the posterior's mean is from this mode by its shape,
