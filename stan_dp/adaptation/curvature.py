@@ -361,8 +361,8 @@ def _next_frame(frame: np.ndarray, lam: np.ndarray, q: np.ndarray) -> np.ndarray
 def reported_covariance(curvature: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The covariance ``curvature^-1`` and its symmetric root, computed in ``frame``'s units.
 
-    ``curvature`` is the search's final one (``theta`` space) and ``frame`` the frame it was pooled
-    in, where its eigenvalues are about 1.  In ``theta`` space an unstandardised model's span many
+    ``curvature`` is the search's final one (``theta`` space) and ``frame`` the search's last frame
+    (the one its final rounds pooled in), where its eigenvalues are about 1.  In ``theta`` space an unstandardised model's span many
     decades, and there a floor relative to the largest cut the posterior: a regression on ``year``
     and ``year^2`` (years 1950-2020, 800 rows) has precision eigenvalues from 1.7e-6 to 3.0e15,
     and the floor at 1e-12 of the largest, applied there, reported sds 4e4 times too small for the
@@ -378,6 +378,8 @@ def reported_covariance(curvature: np.ndarray, frame: np.ndarray) -> tuple[np.nd
     lam, q = np.linalg.eigh(0.5 * (in_frame + in_frame.T))
     lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
     factor = frame @ (q / np.sqrt(lam))
+    if not np.all(np.isfinite(factor)):   # a search gone to infinity: what is not finite stays so
+        return factor @ factor.T, factor
     u, s, _ = np.linalg.svd(factor)
     root = (u * s) @ u.T
     return factor @ factor.T, 0.5 * (root + root.T)
