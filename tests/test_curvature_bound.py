@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import exact_neg_hessian, exact_negative_log_density, stan_test_model, traced_adaptation
-from stan_dp.adaptation.curvature_bound import CURVATURE_STEP, CurvatureBound
+from stan_dp.adaptation.curvature_bound import CURVATURE_STEP, CurvatureBound, raise_affordable
 from stan_dp.adaptation.forecast import pld_mean_budget, whitened_hessian_scale
 from stan_dp.adaptation.plan import AdaptationSettings, noise_multipliers, planned_settings
 from stan_dp.adaptation.releases import Ledger
@@ -165,19 +165,21 @@ def test_a_negative_binomial_clips_its_curvature_far_beyond_the_bound_and_a_glm_
 @pytest.mark.parametrize("seed", [3, 4, 5])
 def test_a_negative_binomial_is_not_read_as_a_saddle(seed):
     """The audit's negative binomial claims regression (NumPy copy, 2,000 rows, 70 % zeros, age in
-    years; epsilon = 16): by default (the tail rule) the search settles within 0.8 sds of the exact
-    mode and reads no saddle; without the rule the same runs read a saddle where the log density is
-    concave.  Over seeds 1-8 (worst coordinate, exact-mode sds): with the rule 1.92, 0.52, 0.56,
-    0.42, 0.22, 0.49, 1.87, 2.19 (raised 2-4-fold in 7; seeds 7 and 8 unsettled), without it 14.9
-    (unsettled), 0.52, 0.79, 3.22, 0.50, 0.46, 3.63 (unsettled), 0.71, four of them saddles."""
+    years; epsilon = 16): by default (the tail rule) the search ends within 0.8 sds of the exact
+    mode and reads no saddle, settled or saying it did not; without the rule the same runs read a
+    saddle where the log density is concave.  Over seeds 1-8 (worst coordinate, exact-mode sds):
+    with the rule 0.23, 0.68, 0.60, 0.58, 0.70, 0.38, 0.40, 0.69 (raised 2-fold, seed 5 8-fold and
+    unsettled); with the rule gated on an upward curvature alone (session 70) 1.92, 0.52, 0.56,
+    0.42, 0.22, 0.49, 1.87, 2.19 (seeds 7 and 8 unsettled); without it 14.9 (unsettled), 0.52,
+    0.79, 3.22, 0.50, 0.46, 3.63 (unsettled), 0.71, four of them saddles."""
     from test_chain_clip import NegBinClaims
 
     model = NegBinClaims()
     mode, sd = model.exact()
     _, adapted = traced_adaptation(model, 16.0, seed)
     result = adapted.result
-    assert result.curvature_adjust >= 2.0
-    assert result.settled and not result.saddle
+    assert result.curvature_adjust >= 2.0 and not result.saddle
+    assert result.settled or "did not settle" in adapted.attrs["warnings"]
     assert np.max(np.abs(result.mode - mode) / sd) < 0.8, (result.mode - mode) / sd
     _, plain = traced_adaptation(model, 16.0, seed, raise_curvature_tail=False)
     assert plain.result.curvature_adjust == 1.0
@@ -285,3 +287,20 @@ def test_one_raise_a_round_where_both_rules_would_raise(bulk):
         assert bound.near_round(rng, beyond, ledger, k)
         assert bound.adjust == CURVATURE_STEP ** (k + 1)
     assert len(ledger.entries) == 3 * bound.releases
+
+
+@pytest.mark.parametrize("tau, upward, raised", [(0.4, False, True), (0.6, False, False), (0.6, True, True)])
+def test_the_tail_rule_raises_where_the_curvature_curves_upward_or_the_raise_is_affordable(tau, upward, raised):
+    """The rows beyond 1.5 bounds are many (every row at 100 bounds).  With a released curvature of
+    mean eigenvalue 1 that does not curve upward, the bound doubles only where twice the noise bound
+    ``tau`` stays within that scale (0.8 <= 1, not 1.2); curving upward beyond ``tau``, it doubles
+    whatever ``tau``."""
+    assert raise_affordable([0.4, 0.5], 1.0) and not raise_affordable([0.5, 0.6], 1.0)
+    assert not raise_affordable([], 1.0) and not raise_affordable([0.1], float("nan"))
+    bound = CurvatureBound(False, True, public_bound=1.0, n_public=400, count_sd=1.0, rounds=30)
+    released = np.diag([-2.0, 4.0]) if upward else np.eye(2)   # mean eigenvalue 1 either way
+    bound.observe(released, np.zeros((2, 2)), tau=tau, near=True)
+    rng = np.random.default_rng(0)
+    assert bound.near_round(rng, RowColumns.of_array(np.full((400, 1), 100.0)), Ledger("replace_one"), 0) is raised
+    assert bound.adjust == (CURVATURE_STEP if raised else 1.0)
+

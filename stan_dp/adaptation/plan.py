@@ -291,15 +291,17 @@ class AdaptationSettings(NamedTuple):
     raise_curvature_tail: bool = True
     """Near the mode, one of each near round's tail counts counts the rows beyond 1.5 times the
     curvature bound instead, pooled over the near rounds at that bound; where their clipped excess
-    is more than a tenth of the released curvature's mean eigenvalue and a released curvature at
-    that bound curved upward beyond its noise, the bound doubles from that round on (at most
-    8-fold) and the pool restarts (:func:`stan_dp.adaptation.curvature_bound.curvature_clipped`).
-    Same count multiplier, so the plan and its accounting are unchanged.  The audit's negative
-    binomial (2,000 rows, 70 % zeros, epsilon = 16) read saddles where its log density is concave,
-    its dispersion's rows clipped one way; with the raise none did.  Gated on the upward
-    curvature: without that gate the raise also fired where the clipping only widened the frame,
-    and there the noise it adds cost more (``roaches``: 1.42 times the error; docs/adaptation.md
-    §3, "The curvature bound raised where its rows are clipped by much")."""
+    is more than a tenth of the released curvature's mean eigenvalue, and a released curvature at
+    that bound curved upward beyond its noise or the doubled noise still resolves the curvature
+    (:func:`stan_dp.adaptation.curvature_bound.raise_affordable`), the bound doubles from that
+    round on (at most 8-fold) and the pool restarts
+    (:func:`stan_dp.adaptation.curvature_bound.curvature_clipped`).  Same count multiplier, so the
+    plan and its accounting are unchanged.  The audit's negative binomial (2,000 rows, 70 % zeros,
+    epsilon = 16) read saddles where its log density is concave, its dispersion's rows clipped one
+    way; with the raise none did.  Gated: without a gate the raise also fired where the clipping
+    only widened the frame and the doubled noise left the curvature unresolved, and there it cost
+    more (``roaches``: 1.42 times the error; docs/adaptation.md §3, "The curvature bound raised
+    where its rows are clipped by much")."""
     kappa_far: float = 3.0
     """Clip bounds are at least ``kappa_far`` times the private median of the norms."""
     max_step: float = math.inf
