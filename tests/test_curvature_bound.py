@@ -2,7 +2,7 @@
 (:mod:`stan_dp.adaptation.curvature_bound`): where a quarter of the rows are beyond it
 (``AdaptationSettings.raise_curvature``; on by default where the program declares a simplex), and
 where the rows beyond 1.5 times it are clipped by much while the released curvature curves upward
-(``AdaptationSettings.raise_curvature_tail``; on by default).
+or the raise leaves it resolved (``AdaptationSettings.raise_curvature_tail``; on by default).
 
 Rows whose curvature is mostly a residual times a transform's curvature are of either sign and
 large, and sum to little.  Clipped at a bound inside their bulk, the rows clipped are those of one
