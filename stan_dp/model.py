@@ -280,8 +280,9 @@ class ZeroRowPart:
     def writes_mixture(self) -> bool | None:
         """Whether the program writes a mixture (``log_mix`` or ``log_sum_exp`` in its functions,
         transformed parameters or model block; public: read from the program, never the data;
-        None where it is unknown or unreadable; :func:`stan_dp.stan_source.writes_mixture`).  The saddle warning names a merged mixture
-        only for such a program (:func:`stan_dp.auto._saddle_causes`)."""
+        None where it is unknown or unreadable; :func:`stan_dp.stan_source.writes_mixture`).  The
+        saddle warning names a merged mixture only for such a program
+        (:func:`stan_dp.auto._saddle_causes`)."""
         self._bounded_parameters()
         return self._mixture
 

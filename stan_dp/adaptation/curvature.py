@@ -362,9 +362,10 @@ def reported_covariance(curvature: np.ndarray, frame: np.ndarray) -> tuple[np.nd
     """The covariance ``curvature^-1`` and its symmetric root, computed in ``frame``'s units.
 
     ``curvature`` is the search's final one (``theta`` space) and ``frame`` the search's last frame
-    (the one its final rounds pooled in), where its eigenvalues are about 1.  In ``theta`` space an unstandardised model's span many
-    decades, and there a floor relative to the largest cut the posterior: a regression on ``year``
-    and ``year^2`` (years 1950-2020, 800 rows) has precision eigenvalues from 1.7e-6 to 3.0e15,
+    (the one its final rounds pooled in), where its eigenvalues are about 1.  In ``theta`` space an
+    unstandardised model's span many decades, and there a floor relative to the largest cut the
+    posterior: a regression on ``year`` and ``year^2`` (years 1950-2020, 800 rows) has precision
+    eigenvalues from 1.7e-6 to 3.0e15,
     and the floor at 1e-12 of the largest, applied there, reported sds 4e4 times too small for the
     intercept along the coefficients' ridge, its noise as 1.8e4 of those sds (0.42 of the exact
     ones) and draws 0.43 times as wide as the exact posterior (``tests/test_reported_covariance.py``).

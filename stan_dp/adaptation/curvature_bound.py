@@ -106,9 +106,9 @@ def raise_affordable(taus: list[float], scale: float) -> bool:
     (post-processing of public noise bounds and a released figure).
 
     The clipped curvature's noise bound ``tau`` (a margin over its spectral norm) grows with the
-    bound.  Where ``CURVATURE_STEP`` times the mean ``tau`` of
-    the near rounds at this bound (``taus``) is within :data:`CURVATURE_AFFORDABLE` times the
-    released curvature's mean eigenvalue ``scale`` (about 1 in the posterior's frame), the rounds
+    bound.  Where ``CURVATURE_STEP`` times the mean ``tau`` of the near rounds at this bound
+    (``taus``) is within :data:`CURVATURE_AFFORDABLE` times the released curvature's mean
+    eigenvalue ``scale`` (about 1 in the posterior's frame), the rounds
     still resolve their curvature after the raise, and the raise removes the clipped rows' bias at
     little cost.  Where rows whose curvature spans decades (counts with an exposure, a zero-inflated
     or negative binomial's large counts) are clipped in a frame too wide, the clipped sum reads about
