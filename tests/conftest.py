@@ -54,13 +54,21 @@ def exact_negative_log_density(model, theta: np.ndarray) -> tuple[float, np.ndar
     return -(float(np.sum(lik)) + prior), -(np.asarray(grad).sum(axis=0) + prior_grad)
 
 
+def neg_hessian(grad, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """``-d grad / d theta`` of a gradient function ``grad`` by central differences (symmetrised)."""
+    d = theta.size
+    out = np.empty((d, d))
+    for j in range(d):
+        e = np.zeros(d)
+        e[j] = h
+        out[:, j] = -(grad(theta + e) - grad(theta - e)) / (2 * h)
+    return 0.5 * (out + out.T)
+
+
 def exact_neg_hessian(model, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
-    """The exact log density's negative Hessian at ``theta`` by central differences of its exact
-    gradient (:func:`exact_negative_log_density`), symmetrised (NOT private)."""
-    hess = np.array([(exact_negative_log_density(model, theta + h * e)[1]
-                      - exact_negative_log_density(model, theta - h * e)[1]) / (2 * h)
-                     for e in np.eye(len(theta))])
-    return 0.5 * (hess + hess.T)
+    """The exact log density's negative Hessian at ``theta`` (:func:`neg_hessian` of the gradient
+    of :func:`exact_negative_log_density`; NOT private)."""
+    return neg_hessian(lambda t: -exact_negative_log_density(model, t)[1], np.asarray(theta, dtype=float), h)
 
 
 def plain_curvature_weights(pool, frame):

@@ -19,6 +19,7 @@ import pytest
 from scipy import optimize
 
 import densities
+from conftest import neg_hessian
 from stan_dp.adaptation import pooling
 from stan_dp.adaptation.forecast import exceed_probability, pld_mean_budget
 from stan_dp.adaptation.newton import private_mode
@@ -32,17 +33,6 @@ def _model(data_seed: int) -> densities.VaryingIntercept:
     groups = rng.integers(0, 5, size=N)
     effects = np.array([7.0, 9.0, 10.0, 11.5, 13.0])
     return densities.VaryingIntercept(effects[groups] + 1.5 * rng.normal(size=N), groups, 5)
-
-
-def _neg_hessian(fn, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
-    """``-d grad / d theta`` of a gradient function by central differences (symmetrised)."""
-    d = theta.size
-    out = np.empty((d, d))
-    for j in range(d):
-        e = np.zeros(d)
-        e[j] = h
-        out[:, j] = -(fn(theta + e) - fn(theta - e)) / (2 * h)
-    return 0.5 * (out + out.T)
 
 
 def _conditional_prior_mode(model, theta: np.ndarray) -> np.ndarray:
@@ -67,9 +57,9 @@ def _pooled_near_the_mode(model, noise_sd_mu_tau: float | None = None):
     sd = np.sqrt(np.diag(cov))
     pooled_mode = mode.copy()
     pooled_mode[:2] += 2.0 * sd[:2]
-    data_curvature = _neg_hessian(lambda t: model.row_log_lik_grad(t)[1].sum(axis=0), mode)
+    data_curvature = neg_hessian(lambda t: model.row_log_lik_grad(t)[1].sum(axis=0), mode)
     assert np.all(np.abs(data_curvature[:2]) < 1e-6)          # no row touches mu or log tau
-    curvature = data_curvature + _neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled_mode)
+    curvature = data_curvature + neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled_mode)
     lam, q = np.linalg.eigh(curvature)
     frame = (q / np.sqrt(lam)) @ q.T
     noise_cov = 0.04 * cov                                    # a released noise of 0.2 sds
@@ -107,7 +97,7 @@ def test_the_step_puts_the_prior_held_mean_and_scale_at_their_exact_conditional_
     expected = link @ noise_cov @ link.T
     np.testing.assert_allclose(new_noise, expected, rtol=2e-3, atol=1e-9 * np.max(np.abs(expected)))
     # the curvature of mu and log tau is the prior's at the new point
-    prior_here = _neg_hessian(lambda t: model.log_prior_grad(t)[1], theta)
+    prior_here = neg_hessian(lambda t: model.log_prior_grad(t)[1], theta)
     np.testing.assert_allclose(new_curvature[:2, :2], prior_here[:2, :2], rtol=1e-3,
                                atol=1e-4 * np.max(np.abs(prior_here[:2, :2])))
 
@@ -120,7 +110,7 @@ def test_rowless_coordinates_are_held_even_where_the_pooled_noise_hides_the_prio
     them at all (the initial scale's count at its floor) settles it."""
     model = _model(0)
     pooled, frame, mode, sd = _pooled_near_the_mode(model, noise_sd_mu_tau=100.0)
-    prior_diag = np.diag(_neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled.mode))
+    prior_diag = np.diag(neg_hessian(lambda t: model.log_prior_grad(t)[1], pooled.mode))
     assert np.all(prior_diag[:2] < pooling.HELD_NOISE_SDS * 100.0)
     theta, _, _ = pooling._exact_prior_mode(model, pooled, frame, 1e-3)
     assert np.array_equal(theta, pooled.mode)                  # not seen as held
