@@ -118,6 +118,7 @@ class ZeroRowPart:
     _sampled: tuple[tuple[str, str], ...] | None = None
     _simplex: tuple[str, ...] | None = None
     _mixture: bool | None = None
+    _indexed: dict[str, tuple[str, ...]] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -305,6 +306,33 @@ class ZeroRowPart:
         return tuple((members, location[0]) for members, location, _ in self.hierarchical_hyperparameters)
 
     @property
+    def index_groups(self) -> tuple[str, ...]:
+        """The vector parameters indexed by each row's group, not declared hierarchical: ``("mu",)``
+        for ``y ~ normal(mu[g] + b * x, sigma)`` with ``g`` sliced by rows and no
+        ``mu ~ normal(mu_0, tau)`` (a fixed effect per group; public: read from the program and the
+        names of the row variables, never the data; :func:`stan_dp.stan_source.indexed_vectors`).
+        ``()`` where the program is unknown or unreadable."""
+        self._bounded_parameters()
+        rows = set(getattr(self, "row_vars", ()) or ())
+        hierarchical = set(self._hierarchical or {})
+        return tuple(vector for vector, indices in (self._indexed or {}).items()
+                     if vector not in hierarchical and rows.intersection(indices))
+
+    @property
+    def index_group_coordinates(self) -> tuple[tuple[int, ...], ...]:
+        """Per :attr:`index_groups` entry, its vector's unconstrained coordinates (public: the
+        program and the compiled model's names).  Every row depends on one of them, so moving them
+        all by the same amount moves every row as an intercept would; the private search moves
+        along that direction too (:mod:`stan_dp.adaptation.groups`).  Empty where the names are not
+        known, and without a vector of fewer than two elements."""
+        out = []
+        for vector in self.index_groups:
+            members = self._coordinates_of((vector,))
+            if members.sum() >= 2:
+                out.append(tuple(int(j) for j in np.flatnonzero(members)))
+        return tuple(out)
+
+    @property
     def hierarchical_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
         """Per centred hierarchical statement, ``(its vector's unconstrained coordinates, its
         location's, its scale's)``: ``mu_a`` and ``log(sigma_a)`` for ``a ~ normal(mu_a, sigma_a)``
@@ -359,7 +387,7 @@ class ZeroRowPart:
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
             from stan_dp.stan_source import (canonical_program, hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
-                                             ordered_parameters, sampled_variates,
+                                             indexed_vectors, ordered_parameters, sampled_variates,
                                              simplex_parameters, writes_mixture)
 
             log: tuple[str, ...] = ()
@@ -370,6 +398,7 @@ class ZeroRowPart:
             sampled: tuple[tuple[str, str], ...] = ()
             simplex: tuple[str, ...] = ()
             mixture: bool | None = None
+            indexed: dict[str, tuple[str, ...]] = {}
             if self.stan_file is not None:
                 try:
                     program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
@@ -380,10 +409,11 @@ class ZeroRowPart:
                     hierarchical = hierarchical_statements(program)
                     sampled, simplex = sampled_variates(program), simplex_parameters(program)
                     mixture = writes_mixture(program)
+                    indexed = indexed_vectors(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
-            self._interval, self._mixture = interval, mixture
+            self._interval, self._mixture, self._indexed = interval, mixture, indexed
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
         return self._log_transformed, self._logit_transformed, self._ordered
 

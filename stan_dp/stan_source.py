@@ -754,6 +754,49 @@ def sampled_variates(program: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+INDEXED_BLOCKS = ("transformed parameters", "model")
+"""The blocks :func:`indexed_vectors` reads: where a row's log density is built."""
+
+
+def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
+    """The vector parameters a program indexes by an integer data array: ``{vector: (indices,)}``.
+
+    Reads a canonical program, never data.  A vector is one declared ``vector[J] mu`` (or
+    ``array[J] real mu``) without a constraint; it is listed where :data:`INDEXED_BLOCKS` index it
+    with a single index that is an integer data array of one dimension, whole or subscripted:
+    ``mu[g]`` in ``y ~ normal(mu[g] + b * x, sigma)``, or ``mu[g[n]]`` in a loop.  Where that array
+    holds each row's group (it is sliced by rows: :attr:`stan_dp.model.ZeroRowPart.index_groups`),
+    every row depends on exactly one element per index, so moving all elements together moves
+    every row as an intercept would (:mod:`stan_dp.adaptation.groups`).
+    """
+    params = _declarations(program, "parameters")
+    data = _declarations(program, "data")
+    vectors = {name for name, (decl, _) in params.items()
+               if not decl.constraint.strip() and decl.rank == 1
+               and (decl.base == "vector" or (decl.base == "real" and len(decl.array_dims) == 1))}
+    int_arrays = {name for name, (decl, _) in data.items() if decl.base == "int" and len(decl.array_dims) == 1}
+    if not vectors or not int_arrays:
+        return {}
+    pattern = re.compile(r"\b(" + "|".join(sorted(vectors)) + r")\s*\[")
+    index = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s*(\[.*\])?$", re.S)
+    found: dict[str, list[str]] = {}
+    blocks = program_blocks(program)
+    for block in INDEXED_BLOCKS:
+        if block not in blocks:
+            continue
+        start, stop = blocks[block]
+        text = program[start:stop]
+        for m in pattern.finditer(text):
+            close = _match(text, m.end() - 1)
+            parts = _split_top(text[m.end():close])
+            hit = index.match(parts[0].strip()) if len(parts) == 1 else None
+            if hit and hit.group(1) in int_arrays:
+                names = found.setdefault(m.group(1), [])
+                if hit.group(1) not in names:
+                    names.append(hit.group(1))
+    return {vector: tuple(names) for vector, names in found.items()}
+
+
 _MIXTURE_CALL = re.compile(r"\b(?:log_mix|log_sum_exp)\s*\(")
 
 

@@ -71,6 +71,21 @@ def exact_neg_hessian(model, theta: np.ndarray, h: float = 1e-5) -> np.ndarray:
     return neg_hessian(lambda t: -exact_negative_log_density(model, t)[1], np.asarray(theta, dtype=float), h)
 
 
+def flat_regression_posterior(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact posterior of ``y ~ normal(x beta, sigma)`` with flat priors on ``beta`` and on
+    ``sigma > 0``: ``beta`` is a t with ``n - p - 1`` degrees of freedom about least squares, mean
+    the least-squares fit and covariance ``RSS / (n - p - 3) (X'X)^-1`` (``sigma^-n exp(-S / 2
+    sigma^2)`` integrates over ``sigma`` to ``S^-(n - 1) / 2``).  Returns that mean, covariance and
+    the whitening ``W`` with ``W cov W' = I``, all from the design's SVD (no ill-conditioned
+    inverse)."""
+    u, s, vt = np.linalg.svd(x, full_matrices=False)
+    beta = vt.T @ ((u.T @ y) / s)
+    rss = float(np.sum((y - x @ beta) ** 2))
+    n, p = x.shape
+    scale2 = rss / (n - p - 3)
+    return beta, (vt.T / s**2) @ vt * scale2, (s[:, None] * vt) / np.sqrt(scale2)
+
+
 def plain_curvature_weights(pool, frame):
     """``pooling.curvature_weights`` as the pool had it before it weighed the rounds by their noise in
     the current frame: the plain mean, with the noise sd of one frame (for counterfactual tests)."""

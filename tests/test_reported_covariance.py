@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from stan_dp.adaptation.curvature import reported_covariance
+from conftest import flat_regression_posterior
 from test_auto import _quiet_sample
 
 N = 800
@@ -53,16 +54,9 @@ class QuadraticYear:
         return {"a": th[0], "b": th[1], "c": th[2], "sigma": np.exp(th[3])}
 
     def exact(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The coefficients' posterior mean and covariance (flat priors on them and on ``sigma``:
-        a t with ``n - p - 1`` degrees of freedom about least squares, covariance ``RSS / (n - p -
-        3) (X'X)^-1``), and the whitening ``W`` with ``W cov W' = I``, all from the design's SVD."""
-        u, s, vt = np.linalg.svd(self.x, full_matrices=False)
-        beta = vt.T @ ((u.T @ self.y) / s)
-        rss = float(np.sum((self.y - self.x @ beta) ** 2))
-        n, p = self.x.shape
-        scale2 = rss / (n - p - 3)
-        cov = (vt.T / s**2) @ vt * scale2
-        return beta, cov, (s[:, None] * vt) / np.sqrt(scale2)
+        """The coefficients' posterior mean and covariance and the whitening ``W`` with ``W cov W'
+        = I`` (:func:`conftest.flat_regression_posterior`)."""
+        return flat_regression_posterior(self.x, self.y)
 
 
 def test_the_covariance_is_the_curvatures_inverse_along_the_ridge():

@@ -61,7 +61,9 @@ Riedmiller and Braun 1993, on released quantities):
    one direction, every ``a_j`` and ``mu_a`` together
    (:func:`~stan_dp.adaptation.groups.group_directions`): it is voted on,
    scaled and stepped like a coordinate, and every row depends on it, where a group effect alone
-   depends on too few rows to pass the gate.
+   depends on too few rows to pass the gate.  So does a vector indexed by each row's group
+   without a hierarchical statement (``mu[g]``, fixed effects per group): every element together,
+   no location.
 
 The phase ends where no vote passes the gate — a few to a few tens of
 posterior sds from the mode — and the Newton rounds start there with a

@@ -111,9 +111,9 @@ from stan_dp.adaptation.curvature import (_gain_floor, _next_frame, _round_rows,
 from stan_dp.adaptation.clipped_count import pooled_clipped_rows
 from stan_dp.adaptation.curvature_bound import CurvatureBound
 from stan_dp.adaptation.far import far_phase
-from stan_dp.adaptation.groups import (element_axes_widened, floor_elements_scaled, group_directions,
-                                       group_locations, grouped_frame, hyperparameter_scale,
-                                       hyperparameters_at_expected_mode)
+from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_elements_scaled,
+                                       group_directions, group_locations, grouped_frame,
+                                       hyperparameter_scale, hyperparameters_at_expected_mode)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
@@ -298,7 +298,7 @@ def private_mode(
     # group's direction's): where few rows depend on a ridge, its direction count looks among them
     depending = initial.depending[:d].copy()
     for g, (_, loc) in enumerate(declared):
-        if grouped[loc]:
+        if loc != NO_LOCATION and grouped[loc]:
             depending[loc] = initial.depending[d + g]
     turned = False
     if s.orient:

@@ -1,0 +1,18 @@
+// One intercept per group and a common slope, flat priors ("no pooling", an
+// ANCOVA), as users write it: mu is indexed by each row's group g, with no
+// hierarchical prior.  Rows: g, x, y.  Shared: J.
+data {
+  int<lower=0> N;
+  int<lower=1> J;
+  array[N] int<lower=1, upper=J> g;
+  vector[N] x;
+  vector[N] y;
+}
+parameters {
+  vector[J] mu;
+  real b;
+  real<lower=0> sigma;
+}
+model {
+  y ~ normal(mu[g] + b * x, sigma);
+}
