@@ -384,7 +384,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
             walking += (f"; its final check found that the rows prefer the point of its round "
                         f"{result.checked} to its last estimate beyond the check's noise, and that "
                         "point is reported (the search jumped where the rows are worse)")
-        ridge = _centring_hint(model)
+        ridge = _centring_hint(model) + _group_hint(model)
         emit(["the private mode search did not settle (its last steps were still large or went "
               f"back): the mode may be far from the posterior's{walking}; a larger epsilon, more "
               "rows, a data-independent init= nearer the posterior, or rescaled parameters would "
@@ -729,6 +729,24 @@ def _centring_hint(model: Any) -> str:
     return (" — in particular centred predictors (a predictor far from 0 relative to its spread, "
             "like a distance in metres around 5 km, makes its slope and the intercept nearly "
             "collinear, a ridge the search cannot resolve at this budget)")
+
+
+def _group_hint(model: Any) -> str:
+    """The unsettled-search warning's advice on group intercepts without a hierarchical prior,
+    where the program has them (:attr:`stan_dp.model.ZeroRowPart.index_groups`; public: the
+    program and the row variables' names).
+
+    Each such element is informed by its own group's rows only, and a group of a few tens of rows
+    has a curvature below the search's release noise in any frame (docs/adaptation.md §3, "A
+    vector of group intercepts without a hierarchical prior"): a hierarchical prior lets the
+    groups inform each other (its common level and spread are every row's)."""
+    names = tuple(getattr(model, "index_groups", ()) or ())
+    if not names:
+        return ""
+    listed = ", ".join(f"{name}[...]" for name in names)
+    return (f" — and for the group effects {listed}, each informed by its own group's rows only, "
+            "a hierarchical prior on them (e.g. mu ~ normal(mu_0, tau), mu_0 and tau parameters), "
+            "or merging the smallest groups")
 
 
 def _coordinate_names(model: Any, dim: int) -> list[str]:
