@@ -744,9 +744,10 @@ def _group_hint(model: Any) -> str:
     if not names:
         return ""
     listed = ", ".join(f"{name}[...]" for name in names)
+    first = names[0]
     return (f" — and for the group effects {listed}, each informed by its own group's rows only, "
-            "a hierarchical prior on them (e.g. mu ~ normal(mu_0, tau), mu_0 and tau parameters), "
-            "or merging the smallest groups")
+            f"a hierarchical prior on them (e.g. {first} ~ normal({first}_0, tau), {first}_0 and "
+            "tau parameters), or merging the smallest groups")
 
 
 def _coordinate_names(model: Any, dim: int) -> list[str]:

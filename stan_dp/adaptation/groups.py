@@ -45,8 +45,8 @@ from stan_dp.adaptation.initial_frame import DEPENDING_LOWER_SDS
 from stan_dp.adaptation.pooling import _exact_prior_mode, _Pooled, axis_noise_sds
 from stan_dp.density import prior_gradient
 
-__all__ = ["NO_LOCATION", "ExpectedGroupPrior", "element_axes_widened", "group_directions", "group_locations",
-           "grouped_frame", "hyperparameter_scale", "hyperparameters_at_expected_mode"]
+__all__ = ["NO_LOCATION", "ExpectedGroupPrior", "element_axes_widened", "group_directions",
+           "group_locations", "grouped_frame", "hyperparameter_scale", "hyperparameters_at_expected_mode"]
 
 
 NO_LOCATION = -1
@@ -66,7 +66,7 @@ def group_locations(density: Any, d: int) -> list[tuple[np.ndarray, int]]:
     group intercepts of 400 to 20 of 1,000 rows and a centred covariate (outcomes about 20, flat
     priors, epsilon = 16) ended 3.0-383 posterior sds off without the direction (the far phase
     could not move the intercepts, ``sigma`` took up the residuals, and the sparse intercepts'
-    frames stayed 3-11 times too wide), 0.43-1.2 with it (docs/adaptation.md §3, "A vector of
+    frames stayed 3-12 times too wide), 0.43-1.2 with it (docs/adaptation.md §3, "A vector of
     group intercepts without a hierarchical prior")."""
     out = []
     for members, location in getattr(density, "hierarchical_coordinates", None) or ():
