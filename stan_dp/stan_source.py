@@ -797,6 +797,46 @@ def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
     return {vector: tuple(names) for vector, names in found.items()}
 
 
+_STD_NORMAL_TARGET = re.compile(r"^target\s*\+=\s*std_normal_lu?pdf\s*\(\s*(?P<x>\w+)\s*\)$")
+
+
+def _literal(text: str, value: float) -> bool:
+    try:
+        return float(text.strip()) == value
+    except ValueError:
+        return False
+
+
+def standard_normal_parameters(program: str) -> tuple[str, ...]:
+    """The parameters the ``model`` block samples from a standard normal, in program order:
+    ``z ~ std_normal()``, ``z ~ normal(0, 1)``, ``target += std_normal_lpdf(z)`` or
+    ``target += normal_lpdf(z | 0, 1)`` (or ``_lupdf``), whole or element by element.
+
+    Reads a canonical program, never data.  A non-centred group's standardised effects are written
+    so (``mu + tau * z[g]``): their common level is the intercept's direction already, and their
+    prior pins it (:attr:`stan_dp.model.ZeroRowPart.index_groups` leaves them out).
+    """
+    params = _declarations(program, "parameters")
+    blocks = program_blocks(program)
+    if "model" not in blocks:
+        return ()
+    found: list[str] = []
+    for stmt in _statements(program, *blocks["model"]):
+        text = stmt.text.strip()
+        m = _STD_NORMAL_TARGET.match(text)
+        name = m["x"] if m else None
+        if name is None:
+            m = _SAMPLED.match(text) or _TARGET.match(text)
+            args = _split_top(m["args"]) if m and m["args"].strip() else []
+            if m and ((m["family"] == "std_normal" and not args)
+                      or (m["family"] == "normal" and len(args) == 2 and _literal(args[0], 0.0)
+                          and _literal(args[1], 1.0))):
+                name = m["x"]
+        if name in params and name not in found:
+            found.append(name)
+    return tuple(found)
+
+
 _MIXTURE_CALL = re.compile(r"\b(?:log_mix|log_sum_exp)\s*\(")
 
 

@@ -24,7 +24,7 @@ from scipy import integrate
 import stan_dp
 from stan_dp.adaptation import groups
 from stan_dp.auto import _group_hint
-from stan_dp.stan_source import indexed_vectors
+from stan_dp.stan_source import indexed_vectors, standard_normal_parameters
 from conftest import flat_regression_posterior, stan_test_model, traced_adaptation
 
 SIZES = (400, 250, 180, 100, 50, 20)
@@ -112,6 +112,23 @@ model {
     assert indexed_vectors("parameters { vector[3] a; } model { a ~ normal(0, 1); }") == {}
 
 
+def test_the_program_reading_finds_standard_normal_parameters():
+    """A non-centred group's standardised effects, written any of the usual ways, whole or element
+    by element; not a normal with another scale or location (``q``, ``r``)."""
+    program = """
+parameters { vector[3] z; vector[3] w; vector[3] v; vector[3] u; vector[3] q; vector[3] r; }
+model {
+  z ~ std_normal();
+  for (j in 1:3) w[j] ~ normal(0, 1);
+  target += std_normal_lpdf(v);
+  target += normal_lupdf(u | 0.0, 1.0);
+  q ~ normal(0, 2);
+  r ~ normal(1, 1);
+}
+"""
+    assert standard_normal_parameters(program) == ("z", "w", "v", "u")
+
+
 def test_an_index_group_moves_its_elements_alone_and_keeps_the_frame():
     """Its direction is 1 on the elements (no location), its location index ``NO_LOCATION``;
     a vector already in a hierarchical group, a repeated or out-of-range element, or a single
@@ -178,11 +195,11 @@ def test_group_intercepts_at_a_small_budget_are_near_and_say_they_did_not_settle
 
 
 def test_a_compiled_program_declares_its_group_intercepts(compiled):
-    """The compiled program reads ``mu`` as an index group (``g`` is sliced by rows); the
-    hierarchical program's ``a[g]`` stays a hierarchical group only.  The whole private fit of the
+    """The compiled program reads ``mu`` as an index group (``g`` is sliced by rows).  The whole private fit of the
     compiled program (epsilon = 16, seed 1) is within 1 posterior sd of the exact posterior in every
     coordinate (measured 0.30; seeds 2 and 3: 0.35, 0.61), where without the direction it ended 69
-    sds off, unsettled (seeds 2 and 3: 23, unsettled, and 1.1)."""
+    sds off, unsettled (seeds 2 and 3: 23, unsettled, and 1.1).  Neither the hierarchical
+    program's ``a[g]`` nor the non-centred program's ``z[g]`` (``z ~ std_normal()``) is one."""
     data = group_data()
     model = stan_dp.RowModel(compiled(stan_test_model("group_intercepts")), data)
     assert model.index_groups == ("mu",)
@@ -197,6 +214,11 @@ def test_a_compiled_program_declares_its_group_intercepts(compiled):
     rng = np.random.default_rng(0)
     hier = {"N": 50, "J": 4, "g": rng.integers(1, 5, size=50), "y": rng.normal(size=50)}
     assert stan_dp.RowModel(compiled(stan_test_model("hierarchical_intercept")), hier).index_groups == ()
+    # the non-centred program's z[g] (z ~ std_normal()) is left out too
+    logit = {"N": 50, "J": 8, "g": rng.integers(1, 9, size=50), "x": rng.normal(30, 8, size=50),
+             "y": rng.integers(0, 2, size=50)}
+    model = stan_dp.RowModel(compiled(stan_test_model("hierarchical_logit")), logit)
+    assert model.index_groups == () and model.index_group_coordinates == ()
 
 
 def test_an_unsettled_search_with_group_intercepts_advises_a_hierarchical_prior(compiled):

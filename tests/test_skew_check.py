@@ -184,8 +184,7 @@ def _hierarchical_data(n: int, seed: int) -> dict:
 def test_a_non_centred_hierarchical_posterior_warns_that_it_is_not_gaussian(compiled, monkeypatch):
     """3,000 rows, epsilon = 16: the privacy noise is 0.18 posterior sds and nothing else warned,
     but the Gaussian at the mode puts ``tau`` at ~1.06 where NUTS has 0.34 +- 0.12 (the exact
-    Laplace approximation is as far off; since the search moves ``z``'s common level as a group,
-    session 72, the fit's ``tau`` is 0.58 against NUTS's 0.36 +- 0.16, 1.4 sds: still the miss).  The skew check sees it: ``tau``'s shift is about
+    Laplace approximation is as far off).  The skew check sees it: ``tau``'s shift is about
     -0.6 sds against a noise sd of 0.03, the run warns and reports no credible intervals.  The
     centre moves by the shift beyond its noise, towards NUTS: the same run (same seed, so the same
     releases) with the centre left at the mode is farther in ``tau``."""
@@ -203,7 +202,7 @@ def test_a_non_centred_hierarchical_posterior_warns_that_it_is_not_gaussian(comp
     ref = stan_dp.reference_fit(path, data, seed=1, chains=2, draws=500, warmup=500)
     tau_ref = ref.posterior["tau"].values.ravel()
     tau = fit.posterior["tau"].values.ravel()
-    assert abs(tau.mean() - tau_ref.mean()) / tau_ref.std() > 1.0   # the miss the warning is for
+    assert abs(tau.mean() - tau_ref.mean()) / tau_ref.std() > 2.0   # the miss the warning is for
     assert 0.0 < fit.attrs["skew_correction"] <= SKEW_CORRECTION_MAX
     assert fit.attrs["skew_correction"] < fit.attrs["skew_shift"]   # its part beyond the noise
     monkeypatch.setattr(stan_dp.auto, "SKEW_CORRECTION_MAX", 0.0)
