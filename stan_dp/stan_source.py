@@ -797,7 +797,7 @@ def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
     return {vector: tuple(names) for vector, names in found.items()}
 
 
-_STD_NORMAL_TARGET = re.compile(r"^target\s*\+=\s*std_normal_lu?pdf\s*\(\s*(?P<x>\w+)\s*\)$")
+_STD_NORMAL_TARGET = re.compile(r"^target\s*\+=\s*std_normal_lu?pdf\s*\(\s*(?P<x>\w+)\s*(?:\[[^\]]*\])?\s*\)$")
 
 
 def _literal(text: str, value: float) -> bool:

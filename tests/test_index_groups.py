@@ -116,17 +116,19 @@ def test_the_program_reading_finds_standard_normal_parameters():
     """A non-centred group's standardised effects, written any of the usual ways, whole or element
     by element; not a normal with another scale or location (``q``, ``r``)."""
     program = """
-parameters { vector[3] z; vector[3] w; vector[3] v; vector[3] u; vector[3] q; vector[3] r; }
+parameters { vector[3] z; vector[3] w; vector[3] v; vector[3] u; vector[3] t; vector[3] q;
+             vector[3] r; }
 model {
   z ~ std_normal();
   for (j in 1:3) w[j] ~ normal(0, 1);
   target += std_normal_lpdf(v);
   target += normal_lupdf(u | 0.0, 1.0);
+  for (j in 1:3) target += std_normal_lpdf(t[j]);
   q ~ normal(0, 2);
   r ~ normal(1, 1);
 }
 """
-    assert standard_normal_parameters(program) == ("z", "w", "v", "u")
+    assert standard_normal_parameters(program) == ("z", "w", "v", "u", "t")
 
 
 def test_an_index_group_moves_its_elements_alone_and_keeps_the_frame():
