@@ -18,8 +18,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pytest
-from scipy import integrate
+from scipy import special
 
 import stan_dp
 from stan_dp.adaptation import groups
@@ -80,16 +79,14 @@ class GroupIntercepts:
 
     def exact(self) -> tuple[np.ndarray, np.ndarray]:
         """The posterior mean and sd of every unconstrained coordinate: the coefficients' from the
-        t, ``log sigma``'s by quadrature of its marginal ``exp(-(n - p - 1) s - RSS exp(-2 s) / 2)``."""
+        t, ``log sigma``'s in closed form (its marginal ``exp(-(n - p - 1) s - RSS exp(-2 s) / 2)``
+        makes ``exp(-2 s)`` a gamma with shape ``(n - p - 1) / 2`` and rate ``RSS / 2``, so ``s`` has
+        mean ``-(digamma(shape) - log(rate)) / 2`` and sd ``sqrt(trigamma(shape)) / 2``)."""
         beta, cov, _ = flat_regression_posterior(self.x, self.y)
         n, p = self.x.shape
-        rss = float(np.sum((self.y - self.x @ beta) ** 2))
-        mode = 0.5 * np.log(rss / (n - p - 1))
-        log_kernel = lambda s: -(n - p - 1) * (s - mode) - 0.5 * rss * (np.exp(-2 * s) - np.exp(-2 * mode))
-        moments = [integrate.quad(lambda s, k=k: (s - mode) ** k * np.exp(log_kernel(s)), mode - 1, mode + 1)[0]
-                   for k in range(3)]
-        mean_s = mode + moments[1] / moments[0]
-        sd_s = np.sqrt(moments[2] / moments[0] - (moments[1] / moments[0]) ** 2)
+        shape, rate = (n - p - 1) / 2.0, float(np.sum((self.y - self.x @ beta) ** 2)) / 2.0
+        mean_s = -0.5 * (special.digamma(shape) - np.log(rate))
+        sd_s = 0.5 * np.sqrt(special.polygamma(1, shape))
         return np.append(beta, mean_s), np.append(np.sqrt(np.diag(cov)), sd_s)
 
 
