@@ -26,6 +26,7 @@ Every decision is post-processing of released counts and curvatures (docs/adapta
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -124,6 +125,17 @@ def raise_affordable(taus: list[float], scale: float) -> bool:
     return CURVATURE_STEP * float(np.mean(taus)) <= CURVATURE_AFFORDABLE * scale
 
 
+class _Released(NamedTuple):
+    """A round's released curvature as the tail rule reads it (:meth:`CurvatureBound.observe`)."""
+
+    scale: float
+    """Its mean eigenvalue (data part and the exact prior's, in the round's frame)."""
+    upward: bool
+    """Whether its least eigenvalue is below ``-SADDLE_LIMIT tau``."""
+    tau: float
+    """Its noise's spectral-norm bound."""
+
+
 class CurvatureBound:
     """The factor on the public curvature bound near the mode, and the released figures that raise it.
 
@@ -148,11 +160,8 @@ class CurvatureBound:
         self.n_public, self.count_sd, self.rounds = int(n_public), float(count_sd), int(rounds)
         self.adjust = 1.0
         self._counts: list[float] = []    # the tail's released counts at this bound, near rounds
-        self._scales: list[float] = []    # the released curvature's mean eigenvalue there ...
-        self._upward: list[bool] = []     # ... and whether it curved upward beyond its noise
-        self._taus: list[float] = []      # ... and its noise bound tau
-        self._last_scale, self._last_upward = math.nan, False   # the same at the last round
-        self._last_tau = math.nan
+        self._near: list[_Released] = []  # the released curvatures' figures there ...
+        self._last = _Released(math.nan, False, math.nan)   # ... and at the last round
 
     @property
     def releases(self) -> int:
@@ -165,9 +174,7 @@ class CurvatureBound:
     def _raise(self) -> None:
         self.adjust *= CURVATURE_STEP
         self._counts.clear()
-        self._scales.clear()
-        self._upward.clear()
-        self._taus.clear()
+        self._near.clear()
 
     def near_round(self, rng_noise: np.random.Generator, beyond: RowColumns, ledger: Ledger, k: int) -> bool:
         """Make a near round's count releases and raise the bound where a rule says so; True if it
@@ -185,9 +192,10 @@ class CurvatureBound:
         if self.tail:
             self._counts.append(float(noisy_counts(rng_noise, beyond, np.array([CURVATURE_TAIL * self.adjust]),
                                                    self.count_sd, ledger, f"curvature tail count, round {k}")[0]))
-            scale = float(np.mean(self._scales)) if self._scales else self._last_scale
-            upward = any(self._upward) if self._upward else self._last_upward
-            affordable = raise_affordable(self._taus if self._taus else [self._last_tau], scale)
+            seen = self._near or [self._last]
+            scale = float(np.mean([r.scale for r in seen]))
+            upward = any(r.upward for r in seen)
+            affordable = raise_affordable([r.tau for r in seen], scale)
             bound = self.public_bound * self.adjust
             # one raise a round: after the bulk's, the tail's count is the new bound's first
             if (not raised and (upward or affordable)
@@ -202,10 +210,7 @@ class CurvatureBound:
         whether its least is below ``-SADDLE_LIMIT tau``, and ``tau``; kept for the tail rule where
         ``near``."""
         total = 0.5 * (released + released.T) + prior
-        self._last_scale = float(np.trace(total)) / total.shape[0]
-        self._last_upward = bool(np.linalg.eigvalsh(total)[0] < -SADDLE_LIMIT * tau)
-        self._last_tau = float(tau)
+        self._last = _Released(float(np.trace(total)) / total.shape[0],
+                               bool(np.linalg.eigvalsh(total)[0] < -SADDLE_LIMIT * tau), float(tau))
         if near:
-            self._scales.append(self._last_scale)
-            self._upward.append(self._last_upward)
-            self._taus.append(self._last_tau)
+            self._near.append(self._last)

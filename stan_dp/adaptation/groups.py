@@ -70,22 +70,26 @@ def group_locations(density: Any, d: int) -> list[tuple[np.ndarray, int]]:
     group intercepts without a hierarchical prior")."""
     out = []
     for members, location in getattr(density, "hierarchical_coordinates", None) or ():
-        idx = np.asarray(members, dtype=int)
-        loc = int(location)
-        if (idx.size >= 2 and np.all((idx >= 0) & (idx < d)) and 0 <= loc < d and loc not in idx
-                and np.unique(idx).size == idx.size):
-            mask = np.zeros(d, dtype=bool)
-            mask[idx] = True
+        mask, loc = _members_mask(members, d), int(location)
+        if mask is not None and 0 <= loc < d and not mask[loc]:
             out.append((mask, loc))
     taken = np.any([mask for mask, _ in out], axis=0) if out else np.zeros(d, dtype=bool)
     for members in getattr(density, "index_group_coordinates", None) or ():
-        idx = np.asarray(members, dtype=int)
-        if (idx.size >= 2 and np.all((idx >= 0) & (idx < d)) and np.unique(idx).size == idx.size
-                and not taken[idx].any()):
-            mask = np.zeros(d, dtype=bool)
-            mask[idx] = True
+        mask = _members_mask(members, d)
+        if mask is not None and not (mask & taken).any():
             out.append((mask, NO_LOCATION))
     return out
+
+
+def _members_mask(members: Any, d: int) -> np.ndarray | None:
+    """A group's elements as a mask of the ``d`` coordinates, or None unless they are at least two,
+    distinct and within ``d``."""
+    idx = np.asarray(members, dtype=int)
+    if not (idx.size >= 2 and np.all((idx >= 0) & (idx < d)) and np.unique(idx).size == idx.size):
+        return None
+    mask = np.zeros(d, dtype=bool)
+    mask[idx] = True
+    return mask
 
 
 def group_directions(groups: list[tuple[np.ndarray, int]], d: int) -> np.ndarray:
