@@ -153,6 +153,25 @@ def test_an_index_group_moves_its_elements_alone_and_keeps_the_frame():
     assert [loc for _, loc in groups.group_locations(density, 5)] == [4]
 
 
+def test_the_group_direction_widens_the_far_and_scale_releases_and_leaves_the_budget():
+    """The ledger with an index group: the same releases at the same noise multipliers as without
+    it (so the same epsilon), the far phase's and the initial scale's over ``d + 1`` columns, each
+    with the sensitivity that width gives (replace-one: ``sqrt(d + 1)`` for a count vector,
+    ``2 sqrt(d + 1)`` for the vote, whose rows have norm at most ``sqrt(d + 1)``)."""
+    data = group_data()
+    _, grouped = traced_adaptation(GroupIntercepts(data), 16.0, 1)
+    _, plain = traced_adaptation(GroupIntercepts(data, declare=False), 16.0, 1)
+    entries = grouped.result.ledger.entries
+    assert (sorted(e.noise_multiplier for e in entries)
+            == sorted(e.noise_multiplier for e in plain.result.ledger.entries))
+    k = GroupIntercepts(data).dim + 1
+    widened = [e for e in entries if e.what.startswith(("far", "scale count"))]
+    assert any(e.what.startswith("far vote sum") for e in widened)
+    for e in widened:
+        expected = 2.0 * np.sqrt(k) if e.what.startswith("far vote sum") else np.sqrt(k)
+        assert np.isclose(e.sensitivity, expected), e
+
+
 def _errors(model: GroupIntercepts, mode: np.ndarray) -> np.ndarray:
     mean, sd = model.exact()
     return np.abs(mode - mean) / sd
