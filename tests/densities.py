@@ -10,6 +10,8 @@
 * :class:`Untouchable` — wraps a density and raises if the data is touched.
 * :class:`NormalMeanExpFamily`, :class:`NormalMeanScaleExpFamily` — the same
   models written on summed sufficient statistics.
+* :func:`group_data` — six groups of 400 down to 20 rows, a centred covariate, outcomes about 20
+  (``tests/test_index_groups.py``, ``tests/test_rowless_hyperparameters.py``).
 * :func:`flat_prior_sigma_posterior` — the exact posterior of ``sigma`` in
   ``tests/stan/normal_scale.stan`` (also read by ``benchmarks/scale_warnings.py``).
 """
@@ -476,3 +478,16 @@ class CentredInterceptsSlopes:
         v = self._design(slice(None))
         cov = np.linalg.inv(v.T @ v + self._prior_precision())
         return cov @ (v.T @ self.y), cov
+
+
+SIZES = (400, 250, 180, 100, 50, 20)
+
+
+def group_data(seed: int = 72) -> dict:
+    """Six groups of :data:`SIZES` rows, a covariate centred near 0 (sd 10), outcomes about 20 (sd 3)."""
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(1, len(SIZES) + 1), SIZES)
+    x = rng.normal(0.0, 10.0, g.size)
+    mu = np.array([20.0, 22.0, 18.0, 25.0, 21.0, 19.0])
+    y = mu[g - 1] + 0.2 * x + rng.normal(0.0, 3.0, g.size)
+    return {"N": int(g.size), "J": len(SIZES), "g": g, "x": x, "y": y}

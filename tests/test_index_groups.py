@@ -25,19 +25,7 @@ from stan_dp.adaptation import groups
 from stan_dp.auto import _group_hint
 from stan_dp.stan_source import indexed_vectors, standard_normal_parameters
 from conftest import flat_regression_posterior, stan_test_model, traced_adaptation
-
-SIZES = (400, 250, 180, 100, 50, 20)
-
-
-def group_data(seed: int = 72) -> dict:
-    """Six groups of :data:`SIZES` rows, a covariate centred near 0 (sd 10), outcomes about 20 (sd 3)."""
-    rng = np.random.default_rng(seed)
-    g = np.repeat(np.arange(1, len(SIZES) + 1), SIZES)
-    x = rng.normal(0.0, 10.0, g.size)
-    mu = np.array([20.0, 22.0, 18.0, 25.0, 21.0, 19.0])
-    y = mu[g - 1] + 0.2 * x + rng.normal(0.0, 3.0, g.size)
-    return {"N": int(g.size), "J": len(SIZES), "g": g, "x": x, "y": y}
-
+from densities import SIZES, group_data
 
 class GroupIntercepts:
     """NumPy copy of ``tests/stan/group_intercepts.stan``: ``mu.1 .. mu.J, b, log sigma``, flat

@@ -46,7 +46,8 @@ from stan_dp.adaptation.pooling import _exact_prior_mode, _Pooled, axis_noise_sd
 from stan_dp.density import prior_gradient
 
 __all__ = ["NO_LOCATION", "ExpectedGroupPrior", "element_axes_widened", "group_directions",
-           "group_locations", "grouped_frame", "hyperparameter_scale", "hyperparameters_at_expected_mode"]
+           "group_locations", "grouped_frame", "hyperparameter_scale", "hyperparameters_at_expected_mode",
+           "rowless_hyperparameters"]
 
 
 NO_LOCATION = -1
@@ -223,6 +224,31 @@ def _declared_hyperparameters(density: Any, d: int) -> list[tuple[np.ndarray, np
     return out
 
 
+def rowless_hyperparameters(density: Any, d: int, data_coordinates: np.ndarray) -> np.ndarray:
+    """Which coordinates are a declared group's location or ``log sigma`` that no row depends on.
+
+    Parameters
+    ----------
+    density : RowDensity
+        Declares ``hierarchical_hyperparameters`` (read from the program); none declared: all False.
+    d : int
+        Dimension.
+    data_coordinates : ndarray of bool
+        The coordinates rows depend on (the initial scale's released counts); a location or scale
+        among them is left out.
+
+    Returns
+    -------
+    ndarray of bool
+        The mask.  Public: the program and released verdicts.
+    """
+    rowless = np.zeros(d, dtype=bool)
+    for _, location, log_scale in _declared_hyperparameters(density, d):
+        rowless[location] = True
+        rowless[log_scale] = True
+    return rowless & ~np.asarray(data_coordinates, dtype=bool)
+
+
 def hyperparameter_scale(density: Any, theta: np.ndarray, scale: np.ndarray, at_floor: np.ndarray,
                          h: float) -> np.ndarray:
     """``scale`` with a group's location and scale that no row depends on at the prior's scale.
@@ -372,11 +398,7 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
     """
     d = frame.shape[0]
     declared = _declared_hyperparameters(density, d)
-    hyper = np.zeros(d, dtype=bool)
-    for _, location, log_scale in declared:
-        hyper[location] = True
-        hyper[log_scale] = True
-    hyper &= ~np.asarray(data_coordinates, dtype=bool)
+    hyper = rowless_hyperparameters(density, d, data_coordinates)
     if not hyper.any():
         return pooled.mode, pooled.noise_cov, pooled.curvature
     with np.errstate(all="ignore"):
