@@ -10,7 +10,7 @@ the sparse intercepts' frames, measured at that ``sigma``, stay several times to
 compiled program ended 3.0-383 posterior sds off at epsilon = 16 (noise seeds 1-4) and 58-120 at
 epsilon = 4, unsettled and warned.  Along the group's direction every row votes, and the same
 runs ended 0.43-1.2 sds off, settled (epsilon = 4: 2.4-15, unsettled and warned).  Checked here
-against the exact posterior (a multivariate t: :func:`conftest.flat_regression_posterior`).
+against the exact posterior (a multivariate t: :meth:`densities.NormalRegression.exact`).
 """
 
 from __future__ import annotations
@@ -18,64 +18,32 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy import special
 
 import stan_dp
 from stan_dp.adaptation import groups
 from stan_dp.auto import _group_hint
 from stan_dp.stan_source import indexed_vectors, standard_normal_parameters
-from conftest import flat_regression_posterior, stan_test_model, traced_adaptation
-from densities import SIZES, group_data
+from conftest import stan_test_model, traced_adaptation
+from densities import SIZES, NormalRegression, group_data
 
-class GroupIntercepts:
+class GroupIntercepts(NormalRegression):
     """NumPy copy of ``tests/stan/group_intercepts.stan``: ``mu.1 .. mu.J, b, log sigma``, flat
-    priors on ``mu``, ``b`` and ``sigma > 0`` (its Jacobian in the prior).  ``declare`` says whether
-    it declares the vector as an index group, as the compiled model reads it from the program."""
+    priors on ``mu``, ``b`` and ``sigma > 0`` (its Jacobian in the prior), a regression on the
+    groups' indicators and ``x``.  ``declare`` says whether it declares the vector as an index
+    group, as the compiled model reads it from the program.  :meth:`exact` is the regression's:
+    the coefficients a t, ``log sigma`` in closed form."""
 
     def __init__(self, data: dict, declare: bool = True) -> None:
-        self.g = np.asarray(data["g"], int) - 1
+        g = np.asarray(data["g"], int) - 1
         self.J = int(data["J"])
-        self.x = np.column_stack([np.eye(self.J)[self.g], data["x"]])
-        self.y = np.asarray(data["y"], float)
-        self.n_rows, self.dim = self.y.size, self.J + 2
+        super().__init__(np.column_stack([np.eye(self.J)[g], data["x"]]), data["y"])
         self.param_names = [f"mu.{j + 1}" for j in range(self.J)] + ["b", "sigma"]
         self.log_coordinates = np.arange(self.dim) == self.dim - 1
         if declare:
             self.index_group_coordinates = (tuple(range(self.J)),)
 
-    def log_prior_grad(self, th):
-        grad = np.zeros(self.dim)
-        grad[-1] = 1.0
-        return float(th[-1]), grad
-
-    def log_prior(self, th):
-        return self.log_prior_grad(th)[0]
-
-    def row_log_lik_grad(self, th, rows=None):
-        idx = slice(None) if rows is None else np.asarray(rows)
-        x, y = self.x[idx], self.y[idx]
-        r = y - x @ th[:-1]
-        s2 = np.exp(2.0 * th[-1])
-        lik = -0.5 * r**2 / s2 - th[-1] - 0.5 * np.log(2.0 * np.pi)
-        return lik, np.column_stack([x * (r / s2)[:, None], r**2 / s2 - 1.0])
-
-    def row_log_lik(self, th, rows=None):
-        return self.row_log_lik_grad(th, rows)[0]
-
     def constrain(self, th):
         return {"mu": th[:self.J], "b": th[self.J], "sigma": np.exp(th[-1])}
-
-    def exact(self) -> tuple[np.ndarray, np.ndarray]:
-        """The posterior mean and sd of every unconstrained coordinate: the coefficients' from the
-        t, ``log sigma``'s in closed form (its marginal ``exp(-(n - p - 1) s - RSS exp(-2 s) / 2)``
-        makes ``exp(-2 s)`` a gamma with shape ``(n - p - 1) / 2`` and rate ``RSS / 2``, so ``s`` has
-        mean ``-(digamma(shape) - log(rate)) / 2`` and sd ``sqrt(trigamma(shape)) / 2``)."""
-        beta, cov, _ = flat_regression_posterior(self.x, self.y)
-        n, p = self.x.shape
-        shape, rate = (n - p - 1) / 2.0, float(np.sum((self.y - self.x @ beta) ** 2)) / 2.0
-        mean_s = -0.5 * (special.digamma(shape) - np.log(rate))
-        sd_s = 0.5 * np.sqrt(special.polygamma(1, shape))
-        return np.append(beta, mean_s), np.append(np.sqrt(np.diag(cov)), sd_s)
 
 
 def test_the_program_reading_finds_vectors_indexed_by_an_integer_data_array():

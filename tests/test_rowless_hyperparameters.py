@@ -22,22 +22,21 @@ from stan_dp.adaptation.curvature import _shrunk_eigen
 from stan_dp.adaptation.newton import _without_rowless
 from stan_dp.adaptation.pooling import _split_curvature
 from conftest import traced_adaptation
-from densities import group_data
+from densities import NormalRegression, group_data
 
 PRIOR_SD = 100.0
 
 
-class HierarchicalLocation:
+class HierarchicalLocation(NormalRegression):
     """``mu ~ normal(m0, 100)``, ``y ~ normal(mu[g] + b * x, sigma)``, flat priors on ``m0``, ``b``
     and ``sigma > 0``: ``theta = (m0, mu.1 .. mu.J, b, log sigma)``, declared as the compiled model
-    reads the program (``m0`` the group's location, no scale parameter)."""
+    reads the program (``m0`` the group's location, no scale parameter).  The rows are a
+    regression whose design has a zero column for ``m0``."""
 
     def __init__(self, data: dict) -> None:
-        self.g = np.asarray(data["g"], int) - 1
+        g = np.asarray(data["g"], int) - 1
         self.J = int(data["J"])
-        self.x = np.column_stack([np.zeros(self.g.size), np.eye(self.J)[self.g], data["x"]])
-        self.y = np.asarray(data["y"], float)
-        self.n_rows, self.dim = self.y.size, self.J + 3
+        super().__init__(np.column_stack([np.zeros(g.size), np.eye(self.J)[g], data["x"]]), data["y"])
         self.param_names = ["m0"] + [f"mu.{j + 1}" for j in range(self.J)] + ["b", "sigma"]
         self.log_coordinates = np.arange(self.dim) == self.dim - 1
         members = tuple(range(1, self.J + 1))
@@ -58,17 +57,6 @@ class HierarchicalLocation:
 
     def log_prior(self, th):
         return self.log_prior_grad(th)[0]
-
-    def row_log_lik_grad(self, th, rows=None):
-        idx = slice(None) if rows is None else np.asarray(rows)
-        x, y = self.x[idx], self.y[idx]
-        r = y - x @ th[:-1]
-        s2 = np.exp(2.0 * th[-1])
-        lik = -0.5 * r**2 / s2 - th[-1] - 0.5 * np.log(2.0 * np.pi)
-        return lik, np.column_stack([x * (r / s2)[:, None], r**2 / s2 - 1.0])
-
-    def row_log_lik(self, th, rows=None):
-        return self.row_log_lik_grad(th, rows)[0]
 
     def constrain(self, th):
         return {"m0": th[0], "mu": th[1:self.J + 1], "b": th[self.J + 1], "sigma": np.exp(th[-1])}
