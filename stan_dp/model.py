@@ -34,7 +34,7 @@ import numpy as np
 
 from stan_dp.aggregates import GradSum, RatioSums, RowStatistic, local_reduce, local_statistic
 from stan_dp.data import check_row_count, load_data
-from stan_dp.native.rows import NativeRows
+from stan_dp.native.rows import NativeError, NativeRows
 from stan_dp.params import ParamLayout
 from stan_dp.toolchain import compile_model, default_cache_dir, find_toolchain
 
@@ -63,6 +63,22 @@ def check_points(rng: np.random.Generator, dim: int, per_radius: int) -> Iterato
 
 class ModelDecompositionError(ValueError):
     """The model's log density does not split into a prior part and per-row terms."""
+
+
+def positional_message(where: Sequence[str]) -> str:
+    """The refusal of a program whose terms span rows (:func:`stan_dp.stan_source.positional_row_indexing`):
+    what it found and what to do (names program text only, never data)."""
+    shown = ", ".join(where[:4])
+    return (
+        f"the model indexes a row variable by position across rows ({shown}): a term that reads "
+        "another row (a lag, a difference, a moving window) makes the log-likelihood something "
+        "other than a sum of one term per row, which the privacy guarantee is stated for. Give "
+        "each row what its term needs as data of its own, sliced per row like the others (for an "
+        "AR(1), a column y_lag with the previous value, the first observation left out or given "
+        "as shared data), and write the likelihood with the row's own index (y[n], y_lag[n]). "
+        "Each observation then sits in two rows, and the guarantee is per row: an observation "
+        "is protected as a group of two rows is (each release's sensitivity doubled: a "
+        "Gaussian-DP mu twice the row's), not at the epsilon stated for one row")
 
 
 from stan_dp.toolchain import as_library  # noqa: E402  (moved to the toolchain module)
@@ -578,7 +594,7 @@ class RowModel(ZeroRowPart):
                     raise
                 self.library = _as_library(relaxed, stanc_args, cache_dir, cmdstan=cmdstan)
                 build()
-        except ValueError as exc:
+        except (ValueError, NativeError) as exc:
             better = self._explain_failure(exc, sliced)
             if better is None:
                 raise
@@ -670,14 +686,16 @@ class RowModel(ZeroRowPart):
         self.stan_file = target
         return target, stanio.dump_stan_json({**dict(values), **extra})
 
-    def _explain_failure(self, exc: ValueError, row_vars: Sequence[str]
+    def _explain_failure(self, exc: Exception, row_vars: Sequence[str]
                          ) -> ModelDecompositionError | None:
-        """One message for a model refused because its transformed data use all rows.
+        """One message for a model refused because its terms span rows (a lag: the program
+        indexes a row variable by position, :func:`stan_dp.stan_source.positional_row_indexing`)
+        or its transformed data use all rows.
 
         Reads the program only, never the data.  Returns None when the
         program is unknown or shows no such cause (the original error stands).
         """
-        from stan_dp.stan_source import analyse_transformed_data, canonical_program
+        from stan_dp.stan_source import analyse_transformed_data, canonical_program, positional_row_indexing
 
         if self.stan_file is None:
             return None
@@ -685,9 +703,14 @@ class RowModel(ZeroRowPart):
         try:
             program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
                                         self._stanc_args)
+            positional = positional_row_indexing(program, row_vars)
             report = analyse_transformed_data(program, self.rows_var, row_vars)
         except Exception as err:  # noqa: BLE001 - an explanation must never hide the error
             logger.debug("could not analyse the transformed data: %s", err)
+            return None
+        if positional:
+            return ModelDecompositionError(positional_message(positional))
+        if isinstance(exc, NativeError):
             return None
         rv = self.rows_var
         if report.found:

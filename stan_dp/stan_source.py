@@ -758,6 +758,41 @@ INDEXED_BLOCKS = ("transformed parameters", "model")
 """The blocks :func:`indexed_vectors` reads: where a row's log density is built."""
 
 
+_OFFSET_INDEX = re.compile(r"^[A-Za-z_]\w*\s*[+-]\s*\d+$|^\d+\s*[+-]\s*[A-Za-z_]\w*$")
+
+
+def positional_row_indexing(program: str, row_vars: Sequence[str]) -> list[str]:
+    """Where the ``transformed parameters`` or ``model`` block indexes a row variable by position
+    across rows: a range (``y[2:N]``, ``y[1:(N - 1)]``) or an offset (``y[n - 1]``, ``y[t + 1]``),
+    as written (canonical program text), in program order without repeats.
+
+    Reads a canonical program, never data.  Such a term involves more than one row (a lag, a
+    difference, a moving window), so the log density is not a sum of one term per row, which the
+    privacy accounting needs (:class:`stan_dp.model.RowModel`); whole-vector use (``y``) and a
+    row's own index (``y[n]``, ``y[idx[n]]``) are not listed.
+    """
+    names = [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]
+    if not names:
+        return []
+    pattern = re.compile(r"\b(" + "|".join(sorted(names)) + r")\s*\[")
+    blocks = program_blocks(program)
+    found: list[str] = []
+    for block in INDEXED_BLOCKS:
+        if block not in blocks:
+            continue
+        start, stop = blocks[block]
+        text = program[start:stop]
+        for m in pattern.finditer(text):
+            close = _match(text, m.end() - 1)
+            parts = _split_top(text[m.end():close])
+            first = parts[0].strip() if parts else ""
+            if ":" in first or _OFFSET_INDEX.match(first):
+                snippet = text[m.start():close + 1]
+                if snippet not in found:
+                    found.append(snippet)
+    return found
+
+
 def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
     """The vector parameters a program indexes by an integer data array: ``{vector: (indices,)}``.
 

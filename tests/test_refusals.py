@@ -94,6 +94,43 @@ def test_interacting_rows_are_refused(compiled):
         RowModel(compiled(stan_test_model("rows_interact")), data)
 
 
+def test_a_lag_across_rows_is_refused_with_how_to_give_each_row_its_own(compiled, tmp_path):
+    """An AR(1) as users write it reads the previous row, in a loop (``y[n - 1]``) or vectorised
+    (``y[2:N]`` against ``y[1:(N - 1)]``): its terms span rows.  The loop form fails the
+    decomposition check, the vectorised one already the prior part with no rows (``y[2:0]``);
+    both are refused with the cause found in the program and the fix (a lag column of its own,
+    and what that does to the guarantee), not the generic message."""
+    rng = np.random.default_rng(0)
+    data = {"N": 40, "y": np.cumsum(rng.normal(size=40))}
+    with pytest.raises(ModelDecompositionError) as info:
+        RowModel(compiled(stan_test_model("ar1_lag")), data)
+    msg = str(info.value)
+    assert "(y[n - 1])" in msg and "y_lag" in msg and "group of two rows" in msg
+    path = tmp_path / "ar1_vectorised.stan"
+    path.write_text("data { int<lower=0> N; vector[N] y; }\nparameters { real a; real b; real<lower=0> s; }\n"
+                    "model { y[2:N] ~ normal(a + b * y[1:(N - 1)], s); }\n")
+    with pytest.raises(ModelDecompositionError, match=r"\(y\[2 : N\], y\[1 : \(N - 1\)\]\)"):
+        RowModel(compiled(path), data)
+
+
+def test_the_program_reading_finds_positional_row_indexing():
+    """Ranges and offsets on a row variable are found; a row's own index, an index through
+    another array, whole vectors and variables that are not rows are not."""
+    from stan_dp.stan_source import positional_row_indexing
+
+    program = """
+model {
+  for (n in 2:N) y[n] ~ normal(a + b * y[n - 1] + c * x[idx[n]], s);
+  for (t in 1:(N - 1)) target += normal_lpdf(y[t + 1] - y[t] | 0, s);
+  x ~ normal(z[2:K], 1);
+  w ~ normal(y, 1);
+}
+"""
+    assert positional_row_indexing(program, ["y", "x", "w"]) == ["y[n - 1]", "y[t + 1]"]
+    assert positional_row_indexing(program, ["z"]) == ["z[2:K]"]
+    assert positional_row_indexing(program, []) == []
+
+
 def test_model_that_needs_a_row_after_the_relaxed_bound_is_refused(compiled):
     """``int<lower=1> N`` is relaxed for the prior part (tests/test_rows.py); where the model
     still fails with no rows (here a vector of N values left unsliced by row_vars), the message
