@@ -529,7 +529,7 @@ def private_mode(
                              "level": release_level, "grad_sd": sd_g,
                              "hess": data_hess,
                              "prior_hess": inv_frame.T @ prior_hess @ inv_frame, "sd_h": sd_h,
-                             "frame": used_frame, "data_coordinates": data_coordinates, "rowless": rowless,
+                             "frame": used_frame, "data_coordinates": data_coordinates, "projected": rowless,
                              "hess_diag_sd": curvature_diagonal_sd(sd_h, inv_frame)})
                 streak.append(pool[-1])
                 pooled = _pooled_estimate(pool, frame)

@@ -295,8 +295,8 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     link[np.ix_(held, held)] = 0.0
     link[np.ix_(held, ~held)] = -((q / lam) @ q.T) @ p_full[np.ix_(held, ~held)]
     noise_cov = link @ pooled.noise_cov @ link.T
-    if pooled.rowless is not None and pooled.rowless.any() and not pooled.rowless.all():
-        curvature, _ = _split_curvature(mean_hess, p_full, frame, pooled.tau, pooled.rowless)
+    if pooled.projected is not None and pooled.projected.any() and not pooled.projected.all():
+        curvature, _ = _split_curvature(mean_hess, p_full, frame, pooled.tau, pooled.projected)
     else:
         lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ p_full @ frame, pooled.tau)
         curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
@@ -404,9 +404,11 @@ class _Pooled(NamedTuple):
     prior_curvature: np.ndarray | None = None
     """Mean of the pooled rounds' exact prior curvatures, weighted as :attr:`data_curvature`
     (theta space), or ``None``."""
-    rowless: np.ndarray | None = None
-    """A group's location and scale that no row depends on (the rounds' ``rowless``): their data
-    parts are 0 in :attr:`data_curvature` and the noise floor leaves them (:func:`_split_curvature`)."""
+    projected: np.ndarray | None = None
+    """A group's location and scale that no row depends on (the rounds' ``"projected"``): their
+    data parts are 0 in :attr:`data_curvature` (the rounds' releases projected off them,
+    :func:`~stan_dp.adaptation.newton._without_rowless`) and the noise floor leaves them
+    (:func:`_split_curvature`)."""
 
     @property
     def entry_sd(self) -> float:
@@ -702,10 +704,10 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     inv_frame = np.linalg.inv(frame)
     curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
     curvature = 0.5 * (curvature + curvature.T)
-    rowless = pool[0].get("rowless")
-    if rowless is not None and rowless.any() and not rowless.all():
-        # the floor only where the release's noise is: along the rowless ones the prior is exact
-        curvature, lam_rows = _split_curvature(mean_hess, mean_prior, frame, tau, rowless)
+    projected = pool[0].get("projected")
+    if projected is not None and projected.any() and not projected.all():
+        # the floor only where the release's noise is: along the projected ones the prior is exact
+        curvature, lam_rows = _split_curvature(mean_hess, mean_prior, frame, tau, projected)
         resolved = bool(np.all(lam_rows > 1.0001 * min(1.0, tau)))
     # the one-step estimates, their weights and their sum in the frame's units u = A^-1 theta
     # (_gradient_noise_root); H^-1 = Q diag(1/lam_step) Q' there (uncapped: Newton's estimates)
@@ -747,7 +749,7 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
             mode = mode + root @ shift
             noise_cov = root @ cov_z @ root.T
     return _Pooled(mode, 0.5 * (noise_cov + noise_cov.T), curvature, next_frame, resolved, mean_hess, tau,
-                   diag_sd, dispersion, heterogeneity, least_curvature, frame @ upward, mean_prior, rowless)
+                   diag_sd, dispersion, heterogeneity, least_curvature, frame @ upward, mean_prior, projected)
 
 
 def _least_curvature(data: np.ndarray, prior: np.ndarray, tau: float) -> tuple[float, np.ndarray]:
