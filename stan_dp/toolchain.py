@@ -62,6 +62,32 @@ BASE_FLAGS: tuple[str, ...] = (
 )
 
 
+NEWER_TYPES = {
+    "sum_to_zero_vector": ("2.36", "declare vector[J - 1] a_raw and put vector[J] a = "
+                                   "append_row(a_raw, -sum(a_raw)) in transformed parameters"),
+    "sum_to_zero_matrix": ("2.37", "declare a matrix one row and one column smaller and complete it "
+                                   "with the negated sums in transformed parameters"),
+    "row_stochastic_matrix": ("2.36", "declare an array of simplexes, one per row"),
+    "column_stochastic_matrix": ("2.36", "declare an array of simplexes, one per column"),
+}
+"""Parameter types newer than the bundled stanc (2.35): the Stan version that brought each and
+the rewrite that works before it."""
+
+
+def newer_types_hint(program: str, toolchain: str) -> str:
+    """A line to add to stanc's parse error where the program declares a type newer than the
+    bundled toolchain's stanc (:data:`NEWER_TYPES`; stanc 2.35 reports only a syntax error
+    there), or ``""``.  Reads the program text only."""
+    if not toolchain.startswith("httpstan"):
+        return ""
+    found = [t for t in NEWER_TYPES if re.search(rf"\b{t}\b", program)]
+    if not found:
+        return ""
+    parts = [f"{t} came with Stan {NEWER_TYPES[t][0]} (before it, {NEWER_TYPES[t][1]})" for t in found]
+    return ("\nThe bundled toolchain's stanc is 2.35 (" + toolchain + "): " + "; ".join(parts)
+            + "; or pass cmdstan= (or set STAN_DP_CMDSTAN to) a newer CmdStan.")
+
+
 class StanCompileError(RuntimeError):
     """The Stan program could not be translated or compiled.
 
@@ -509,6 +535,7 @@ def compile_model(
                 raise StanCompileError(
                     f"stanc could not translate {stan_path.name}:\n"
                     + (stanc.stderr.strip() or stanc.stdout.strip())
+                    + newer_types_hint(stan_path.read_text(errors="replace"), tc.version)
                 )
             if stanc.stderr.strip():
                 logger.warning("stanc: %s", stanc.stderr.strip())
