@@ -54,7 +54,7 @@ from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityW
                              moving_coordinates, over_dispersed, pulled_coordinates)
 from stan_dp.inference import preceding_releases, resolve_init, validate_run_args, warn_weak_delta
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs, omitted_note
+from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs, omitted_note, with_transformed
 from stan_dp.version import __version__
 
 __all__ = ["METHODS", "FORECAST_LIMIT", "sample", "choose_method"]
@@ -847,8 +847,9 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     rng = np.random.Generator(np.random.PCG64(None if seed is None else adapted.draw_seed))
     moved = skew_correction(result)
     centre = result.mode + moved
-    constrained, redrawn, left = _finite_gaussian_draws(model.constrain, centre, root_cov, rng,
-                                                        chains, draws)
+    constrained, positions, redrawn, left = _finite_gaussian_draws(model.constrain, centre, root_cov, rng,
+                                                                   chains, draws)
+    constrained = with_transformed(constrained, model, positions)
     noise = attrs["max_noise_sd_in_posterior_sds"]
     if not attrs["gaussian_shape_ok"]:
         emit([_shape_warning(model, result)], attrs)
@@ -1012,7 +1013,7 @@ GAUSSIAN_REDRAWS = 50
 
 def _finite_gaussian_draws(constrain: Any, mode: np.ndarray, root_cov: np.ndarray,
                            rng: np.random.Generator, chains: int, draws: int
-                           ) -> tuple[dict[str, np.ndarray], int, int]:
+                           ) -> tuple[dict[str, np.ndarray], np.ndarray, int, int]:
     """Draws of ``N(mode, root_cov root_cov')`` mapped by ``constrain``, all finite if possible.
 
     A draw whose constrained value is non-finite (``exp`` of a log-scale
@@ -1026,6 +1027,8 @@ def _finite_gaussian_draws(constrain: Any, mode: np.ndarray, root_cov: np.ndarra
     -------
     constrained : dict
         ``name -> array (chains, draws, *shape)``.
+    positions : ndarray
+        The draws in unconstrained space, ``(chains, draws, dim)``.
     redrawn : int
         Draws that were drawn again at least once.
     left : int
@@ -1051,8 +1054,9 @@ def _finite_gaussian_draws(constrain: Any, mode: np.ndarray, root_cov: np.ndarra
         redone = constrain_draws(constrain, fresh[None, :, :])
         for name, value in redone.items():
             out[name][idx[:, 0], idx[:, 1]] = value[0]
+        positions[idx[:, 0], idx[:, 1]] = fresh
         bad = bad_draws()
-    return out, redrawn, int(bad.sum())
+    return out, positions, redrawn, int(bad.sum())
 
 
 MCMC_ADAPTATION_SHARE = 0.5

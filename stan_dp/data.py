@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +93,34 @@ def check_row_count(values: Mapping[str, Any], rows: str) -> int:
     if count < 0:
         raise ValueError(f"the row-count variable {rows!r} is negative ({count})")
     return count
+
+
+def zero_row_data(values: Mapping[str, Any], rows: str, row_vars: Sequence[str]) -> dict[str, Any]:
+    """The data with no rows: every row variable truncated to 0 rows, the count 0.
+
+    Everything left is the shared (non-row) data, which the prior part of the
+    model depends on and which this package treats as public.
+
+    Parameters
+    ----------
+    values : mapping
+        The parsed data of one shard.
+    rows : str
+        The row-count variable.
+    row_vars : sequence of str
+        The variables sliced per row.
+
+    Returns
+    -------
+    dict
+        Variable name to value, ready for ``stanio.dump_stan_json``.
+    """
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name == rows:
+            out[name] = 0
+        elif name in row_vars:
+            out[name] = np.asarray(value)[:0]
+        else:
+            out[name] = value
+    return out

@@ -71,6 +71,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from stan_dp.aggregates import GradSum, RatioSums, RowStatistic, local_statistic, queries
+from stan_dp.data import zero_row_data
 from stan_dp.mechanisms import gaussian_release
 from stan_dp.model import ZeroRowPart
 from stan_dp.params import ParamLayout
@@ -129,37 +130,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------------ worker side
-
-def zero_row_data(values: Mapping[str, Any], rows: str, row_vars: Sequence[str]) -> dict[str, Any]:
-    """The data with no rows: every row variable truncated to 0 rows, the count 0.
-
-    Everything left is the shared (non-row) data, which the prior part of the
-    model depends on and which this package treats as public.
-
-    Parameters
-    ----------
-    values : mapping
-        The parsed data of one shard.
-    rows : str
-        The row-count variable.
-    row_vars : sequence of str
-        The variables sliced per row.
-
-    Returns
-    -------
-    dict
-        Variable name to value, ready for ``stanio.dump_stan_json``.
-    """
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        if name == rows:
-            out[name] = 0
-        elif name in row_vars:
-            out[name] = np.asarray(value)[:0]
-        else:
-            out[name] = value
-    return out
-
 
 def _worker_threads() -> int | None:
     """Threads of the Dask worker this runs on (its share of the cores), if on a worker."""

@@ -45,7 +45,7 @@ from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, 
 from stan_dp.accounting.validation import check_relation, weak_delta_message
 from stan_dp.honesty import chain_diagnostics, emit, mixing_warnings
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws, omitted_note
+from stan_dp.output import build_inference_data, constrain_draws, omitted_note, with_transformed
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -556,7 +556,7 @@ def run(
     finally:
         bar.close()
 
-    draws = constrain_draws(model.constrain, np.stack(positions))
+    draws = with_transformed(constrain_draws(model.constrain, np.stack(positions)), model, np.stack(positions))
     for name in stat_names:
         if name == "is_accepted":
             stats[name] = stats[name].astype(bool)

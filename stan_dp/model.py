@@ -11,10 +11,12 @@ the constraining transform.  ``lp(no rows; θ)`` is the prior part
 (:meth:`RowModel.row_log_lik`).  The split needs no change to the model; it
 is verified numerically when the model is loaded.
 
-Only the ``parameters`` block is exposed by :meth:`RowModel.constrain`:
-transformed parameters and generated quantities may be computed from the
-data, and anything derived from the raw data must not reach a sampler's
-output.  The constraining transform is that of the zero-row model, and a
+Only the ``parameters`` block is exposed by :meth:`RowModel.constrain`;
+the draws also carry the transformed parameters the program computes from the
+parameters and shared data alone (:attr:`ZeroRowPart.output_transformed`,
+evaluated by an instance with no row).  The other transformed parameters and
+the generated quantities may be computed from the data, and anything derived
+from the raw data must not reach a sampler's output.  The constraining transform is that of the zero-row model, and a
 model whose constraints depend on the rows is refused at load.
 """
 
@@ -31,9 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import stanio
 
 from stan_dp.aggregates import GradSum, RatioSums, RowStatistic, local_reduce, local_statistic
-from stan_dp.data import check_row_count, load_data
+from stan_dp.data import check_row_count, load_data, zero_row_data
 from stan_dp.native.rows import NativeError, NativeRows
 from stan_dp.params import ParamLayout
 from stan_dp.toolchain import compile_model, default_cache_dir, find_toolchain
@@ -136,6 +139,11 @@ class ZeroRowPart:
     _mixture: bool | None = None
     _indexed: dict[str, tuple[str, ...]] | None = None
     _standard: tuple[str, ...] = ()
+    zero_row_json: str | None = None
+    """The data with no rows (shared data only, the row count 0), as JSON."""
+    _output_tp: tuple[str, ...] | None = None
+    _zero_bridge: Any = None
+    _tp_layout: Any = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -174,12 +182,54 @@ class ZeroRowPart:
             raise ValueError(f"could not unconstrain the values: {exc}") from exc
 
     @property
+    def output_transformed(self) -> tuple[str, ...]:
+        """The ``transformed parameters`` returned with the draws: those the program computes from
+        the parameters and shared data alone (public: read from the program,
+        :func:`stan_dp.stan_source.row_free_transformed_parameters`), evaluated by a zero-row
+        instance of the model (:meth:`transformed_values`), which never holds a row.  ``()``
+        where the program or the zero-row data are not at hand."""
+        if self._output_tp is None:
+            names: tuple[str, ...] = ()
+            if self.stan_file is not None and self.zero_row_json is not None:
+                from stan_dp.stan_source import canonical_program, row_free_transformed_parameters
+
+                try:
+                    program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
+                                                self._stanc_args)
+                    names = row_free_transformed_parameters(program, str(getattr(self, "rows_var", "N")),
+                                                            tuple(getattr(self, "row_vars", ()) or ()))
+                except Exception as err:  # noqa: BLE001 - unknown: none is returned
+                    logger.debug("could not read the transformed parameters: %s", err)
+            self._output_tp = names
+        return self._output_tp
+
+    def transformed_values(self, theta: Any) -> dict[str, np.ndarray]:
+        """:attr:`output_transformed` at unconstrained θ, by name and shape, from the zero-row
+        instance (shared data only: post-processing of θ).  NaN where the program rejects θ
+        there (a constraint on a transformed parameter)."""
+        names = self.output_transformed
+        if not names:
+            return {}
+        import bridgestan
+
+        if self._zero_bridge is None:
+            self._zero_bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, warn=False)
+            self._tp_layout = ParamLayout(list(self._zero_bridge.param_names(include_tp=True)))
+        try:
+            values = self._tp_layout.split(self._zero_bridge.param_constrain(self._theta(theta), include_tp=True))
+        except RuntimeError:
+            values = {k: np.full(np.shape(v), np.nan) for k, v in
+                      self._tp_layout.split(np.zeros(len(self._tp_layout.names))).items()}
+        return {name: values[name] for name in names}
+
+    @property
     def omitted_quantities(self) -> dict[str, list[str]]:
         """The program's ``transformed parameters`` and ``generated quantities`` variables, which
         the output leaves out (they may be computed from the data, which only a privacy
         mechanism may touch): ``{"transformed parameters": [...], "generated quantities": [...]}``,
         by variable name, each list empty where the block declares none (public: the program's
-        names).  Empty lists where the compiled model is not at hand."""
+        names); the transformed parameters returned (:attr:`output_transformed`) are not listed.
+        Empty lists where the compiled model is not at hand."""
         bridge = getattr(self, "bridge", None)
         out: dict[str, list[str]] = {"transformed parameters": [], "generated quantities": []}
         if bridge is None:
@@ -194,7 +244,8 @@ class ZeroRowPart:
         params = set(variables(bridge.param_names()))
         with_tp = variables(bridge.param_names(include_tp=True))
         everything = variables(bridge.param_names(include_tp=True, include_gq=True))
-        out["transformed parameters"] = [v for v in with_tp if v not in params]
+        returned = set(self.output_transformed)
+        out["transformed parameters"] = [v for v in with_tp if v not in params and v not in returned]
         out["generated quantities"] = [v for v in everything if v not in with_tp and v not in params]
         return out
 
@@ -580,6 +631,7 @@ class RowModel(ZeroRowPart):
             self.row_vars = self._native.sliced
             self.param_names = list(self.bridge.param_names())
             self._layout = ParamLayout(self.param_names)
+            self.zero_row_json = stanio.dump_stan_json(zero_row_data(json.loads(data_json), rows, self.row_vars))
             if check:
                 self.check_decomposition()
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs"]
+__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs", "with_transformed"]
 
 
 def _import_arviz():
@@ -72,6 +72,16 @@ def netcdf_safe_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
         else:
             safe[key] = value
     return safe
+
+
+def with_transformed(draws: dict[str, np.ndarray], model: Any, positions: np.ndarray) -> dict[str, np.ndarray]:
+    """``draws`` with the model's transformed parameters that it computes from the parameters and
+    shared data alone (``model.transformed_values``, :attr:`stan_dp.model.ZeroRowPart.output_transformed`)
+    at the same unconstrained ``positions`` (``(chains, draws, dim)``): post-processing of the draws.
+    ``draws`` itself where the model returns none."""
+    if not getattr(model, "output_transformed", ()):
+        return draws
+    return {**draws, **constrain_draws(model.transformed_values, positions)}
 
 
 def omitted_note(model: Any) -> str:

@@ -758,6 +758,48 @@ INDEXED_BLOCKS = ("transformed parameters", "model")
 """The blocks :func:`indexed_vectors` reads: where a row's log density is built."""
 
 
+def row_free_transformed_parameters(program: str, rows: str, row_vars: Iterable[str]) -> tuple[str, ...]:
+    """The ``transformed parameters`` computed from parameters and shared data alone, in program
+    order: none of their writes reads a row variable, the row count (``rows``, or a shape query of
+    a container), a ``transformed data`` variable that does, or another transformed parameter
+    that does, in its right-hand side, its declared sizes or the loops and branches around it.
+
+    Reads a canonical program, never data.  The zero-row instance computes these exactly (it holds
+    the shared data), so they may be returned with the draws; the others would read the rows, or
+    the zero-row stand-ins for them, and are left out (:class:`stan_dp.model.ZeroRowPart`).  Every
+    write is a declaration's initialiser or an assignment (Stan's functions cannot change their
+    arguments), so a variable no tainted write reaches is computed from untainted values only.
+    """
+    blocks = program_blocks(program)
+    if "transformed parameters" not in blocks:
+        return ()
+    tainted = set(row_vars) | {rows}
+    top: list[str] = []
+    writes: list[tuple[str, set[str]]] = []
+    stmts = [(block, stmt) for block in ("transformed data", "transformed parameters") if block in blocks
+             for stmt in _statements(program, *blocks[block])]
+    for block, stmt in stmts:
+        headers: set[str] = set().union(*(_references(h, rows) for h in stmt.headers)) if stmt.headers else set()
+        decl = parse_declaration(program, stmt)
+        if decl is not None:
+            if stmt.depth == 0 and block == "transformed parameters":
+                top.append(decl.name)
+            sizes = set().union(*(_references(x, rows) for x in (*decl.array_dims, *decl.base_dims,
+                                                                   decl.constraint)))
+            rhs = set() if decl.init_span is None else _references(program[decl.init_span[0]:decl.init_span[1]], rows)
+            writes.append((decl.name, rhs | sizes | headers))
+            continue
+        target = _assignment_target(stmt)
+        if target is not None:
+            writes.append((target[0], _references(target[1], rows) | headers))
+    for _ in range(len(writes) + 1):   # propagate to a fixed point
+        grown = {name for name, deps in writes if name not in tainted and deps & tainted}
+        if not grown:
+            break
+        tainted |= grown
+    return tuple(name for name in top if name not in tainted)
+
+
 _OFFSET_INDEX = re.compile(r"^[A-Za-z_]\w*\s*[+-]\s*\d+$|^\d+\s*[+-]\s*[A-Za-z_]\w*$")
 
 

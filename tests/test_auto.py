@@ -229,7 +229,7 @@ def test_gaussian_draws_that_overflow_the_constraint_are_drawn_again():
     # share 1 - Phi(0.978) = 16% of the draws.  Redrawn, they follow the Gaussian
     # truncated there, whose mean is 700 - 10 phi(z) / Phi(z) at z = 0.978.
     rng = np.random.default_rng(3)
-    out, redrawn, left = _finite_gaussian_draws(constrain, np.array([700.0]), np.array([[10.0]]), rng, 4, 1000)
+    out, _, redrawn, left = _finite_gaussian_draws(constrain, np.array([700.0]), np.array([[10.0]]), rng, 4, 1000)
     z = (np.log(np.finfo(float).max) - 700.0) / 10.0
     assert left == 0 and np.all(np.isfinite(out["sigma"]))
     assert abs(redrawn / 4000 - stats.norm.sf(z)) < 4 * np.sqrt(0.16 * 0.84 / 4000)
@@ -237,13 +237,13 @@ def test_gaussian_draws_that_overflow_the_constraint_are_drawn_again():
     logs = np.log(out["sigma"]).ravel()
     assert abs(logs.mean() - truncated_mean) < 4 * logs.std() / np.sqrt(logs.size)
     # nothing overflows: the draws are the plain Gaussian's, from the same stream
-    out, redrawn, _ = _finite_gaussian_draws(constrain, np.array([0.0]), np.array([[1.0]]),
+    out, _, redrawn, _ = _finite_gaussian_draws(constrain, np.array([0.0]), np.array([[1.0]]),
                                               np.random.default_rng(3), 2, 50)
     plain = np.random.default_rng(3).standard_normal((2, 50, 1))
     assert redrawn == 0
     np.testing.assert_allclose(np.log(out["sigma"]), plain)
     # a mode beyond what the transforms represent: every draw overflows, and the warning says why
-    out, redrawn, left = _finite_gaussian_draws(constrain, np.array([800.0]), np.array([[1.0]]),
+    out, _, redrawn, left = _finite_gaussian_draws(constrain, np.array([800.0]), np.array([[1.0]]),
                                                 np.random.default_rng(3), 1, 20)
     assert redrawn == left == 20
     text = _overflow_warning(constrain, np.array([800.0]), redrawn, left, 20)

@@ -22,6 +22,23 @@ def test_stan_type_error_reports_stanc_message(tmp_path):
         compile_model(path, cache_dir=tmp_path)
 
 
+def test_a_type_newer_than_the_bundled_stanc_is_named_with_its_rewrite(tmp_path):
+    """stanc 2.35 reads ``sum_to_zero_vector`` (Stan 2.36) as a syntax error; the message adds
+    which type, which Stan version brought it and the rewrite that works before it.  A plain
+    syntax error gets no such line."""
+    path = tmp_path / "zero_sum.stan"
+    path.write_text("data { int N; int J; array[N] int g; vector[N] y; }\n"
+                    "parameters { real mu; sum_to_zero_vector[J] a; real<lower=0> sigma; }\n"
+                    "model { y ~ normal(mu + a[g], sigma); }\n")
+    with pytest.raises(StanCompileError) as info:
+        compile_model(path, cache_dir=tmp_path)
+    msg = str(info.value)
+    assert "sum_to_zero_vector came with Stan 2.36" in msg and "append_row(a_raw, -sum(a_raw))" in msg
+    with pytest.raises(StanCompileError) as info:
+        compile_model(stan_test_model("syntax_error"), cache_dir=tmp_path)
+    assert "came with Stan" not in str(info.value)
+
+
 def test_missing_files():
     with pytest.raises(FileNotFoundError, match="no_such.stan"):
         compile_model("no_such.stan")
