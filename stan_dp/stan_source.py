@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -813,12 +813,22 @@ def positional_row_indexing(program: str, row_vars: Sequence[str]) -> list[str]:
     privacy accounting needs (:class:`stan_dp.model.RowModel`); whole-vector use (``y``) and a
     row's own index (``y[n]``, ``y[idx[n]]``) are not listed.
     """
-    names = [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]
-    if not names:
-        return []
-    pattern = re.compile(r"\b(" + "|".join(sorted(names)) + r")\s*\[")
-    blocks = program_blocks(program)
     found: list[str] = []
+    for _, parts, snippet in _subscripts(program, [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]):
+        first = parts[0].strip() if parts else ""
+        if (":" in first or _OFFSET_INDEX.match(first)) and snippet not in found:
+            found.append(snippet)
+    return found
+
+
+def _subscripts(program: str, names: Iterable[str]) -> Iterator[tuple[str, list[str], str]]:
+    """Every subscript of a variable in ``names`` in :data:`INDEXED_BLOCKS`, in program order:
+    ``(variable, its top-level index expressions, the text "v[...]")``."""
+    names = sorted(set(names))
+    if not names:
+        return
+    pattern = re.compile(r"\b(" + "|".join(names) + r")\s*\[")
+    blocks = program_blocks(program)
     for block in INDEXED_BLOCKS:
         if block not in blocks:
             continue
@@ -826,13 +836,7 @@ def positional_row_indexing(program: str, row_vars: Sequence[str]) -> list[str]:
         text = program[start:stop]
         for m in pattern.finditer(text):
             close = _match(text, m.end() - 1)
-            parts = _split_top(text[m.end():close])
-            first = parts[0].strip() if parts else ""
-            if ":" in first or _OFFSET_INDEX.match(first):
-                snippet = text[m.start():close + 1]
-                if snippet not in found:
-                    found.append(snippet)
-    return found
+            yield m.group(1), _split_top(text[m.end():close]), text[m.start():close + 1]
 
 
 def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
@@ -854,23 +858,14 @@ def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
     int_arrays = {name for name, (decl, _) in data.items() if decl.base == "int" and len(decl.array_dims) == 1}
     if not vectors or not int_arrays:
         return {}
-    pattern = re.compile(r"\b(" + "|".join(sorted(vectors)) + r")\s*\[")
     index = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s*(\[.*\])?$", re.S)
     found: dict[str, list[str]] = {}
-    blocks = program_blocks(program)
-    for block in INDEXED_BLOCKS:
-        if block not in blocks:
-            continue
-        start, stop = blocks[block]
-        text = program[start:stop]
-        for m in pattern.finditer(text):
-            close = _match(text, m.end() - 1)
-            parts = _split_top(text[m.end():close])
-            hit = index.match(parts[0].strip()) if len(parts) == 1 else None
-            if hit and hit.group(1) in int_arrays:
-                names = found.setdefault(m.group(1), [])
-                if hit.group(1) not in names:
-                    names.append(hit.group(1))
+    for vector, parts, _ in _subscripts(program, vectors):
+        hit = index.match(parts[0].strip()) if len(parts) == 1 else None
+        if hit and hit.group(1) in int_arrays:
+            names = found.setdefault(vector, [])
+            if hit.group(1) not in names:
+                names.append(hit.group(1))
     return {vector: tuple(names) for vector, names in found.items()}
 
 
