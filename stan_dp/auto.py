@@ -935,6 +935,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     if relation == "replace_one":
         attrs["n_rows"] = int(model.n_rows)
     attrs["not_in_output"] = omitted_note(model)
+    attrs["transformed_in_output"] = ", ".join(getattr(model, "output_transformed", ()))
     return build_inference_data(constrained, {}, warmup=0, attrs=attrs)
 
 

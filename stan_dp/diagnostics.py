@@ -323,11 +323,25 @@ def _short(names: Sequence[str], limit: int = 12) -> str:
     return text + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
+def _attr_names(value: Any) -> list[str]:
+    """The names in an ``attrs`` entry written as ``"a, b"`` (``attrs["transformed_in_output"]``)."""
+    return [v.strip() for v in str(value or "").split(",") if v.strip()]
+
+
 def _select(p: _Draws, r: _Draws, var_names: Sequence[str] | None) -> tuple[list[str], list[str]]:
     """Components to compare (private order) and notes; refuses samples that do not line up."""
     notes: list[str] = []
     if var_names is None:
-        wanted = list(p.names)
+        # the transformed parameters the private fit computed without rows
+        # (attrs["transformed_in_output"]) are noted, not compared, where the reference lacks them
+        # altogether (exact draws of the parameters have none); any other name the reference
+        # lacks still refuses below
+        ref_bases = set(r.bases)
+        computed = set(_attr_names(p.attrs.get("transformed_in_output")))
+        skipped = list(dict.fromkeys(b for b in p.bases if b in computed and b not in ref_bases))
+        wanted = [n for n, b in zip(p.names, p.bases) if b not in set(skipped)]
+        if skipped:
+            notes.append(f"not compared (transformed parameters the reference lacks): {_short(skipped)}")
     else:
         wanted = []
         unknown = []

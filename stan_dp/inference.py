@@ -583,6 +583,7 @@ def run(
         attrs["noise_multiplier"] = resolved.noise_multiplier
     attrs.update(spec.attrs)
     attrs["not_in_output"] = omitted_note(model)
+    attrs["transformed_in_output"] = ", ".join(getattr(model, "output_transformed", ()))
     if run_attrs:
         attrs.update(run_attrs)
     if spec.attrs_for is not None:

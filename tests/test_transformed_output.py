@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
 import stan_dp
 from stan_dp.stan_source import row_free_transformed_parameters
@@ -91,3 +92,12 @@ def test_a_fit_returns_them_with_the_draws(compiled):
     np.testing.assert_allclose(post["scaled_alpha"].values, post["alpha"].values / 2.5, rtol=1e-12)
     assert "eta" in fit.attrs["not_in_output"] and "n_rows" in fit.attrs["not_in_output"]
     assert "beta" not in fit.attrs["not_in_output"]
+    assert fit.attrs["transformed_in_output"] == "beta, scaled_alpha"
+    # against a reference of the parameters alone (exact draws have no transformed parameters)
+    # the fit's own are noted and left out; a parameter the reference lacks still refuses
+    reference = {name: post[name].values for name in ("alpha", "z", "tau")}
+    result = stan_dp.compare(fit, reference)
+    assert set(result.table.index) == {"alpha", "z[1]", "z[2]", "z[3]", "tau"}
+    assert "not compared (transformed parameters the reference lacks): beta, scaled_alpha" in result.notes
+    with pytest.raises(ValueError, match="missing from the reference: tau"):
+        stan_dp.compare(fit, {name: post[name].values for name in ("alpha", "z")})
