@@ -16,8 +16,9 @@ the draws also carry the transformed parameters the program computes from the
 parameters and shared data alone (:attr:`ZeroRowPart.output_transformed`,
 evaluated by an instance with no row).  The other transformed parameters and
 the generated quantities may be computed from the data, and anything derived
-from the raw data must not reach a sampler's output.  The constraining transform is that of the zero-row model, and a
-model whose constraints depend on the rows is refused at load.
+from the raw data must not reach a sampler's output.  The constraining
+transform is that of the zero-row model, and a model whose constraints depend
+on the rows is refused at load.
 """
 
 from __future__ import annotations

@@ -779,14 +779,15 @@ def row_free_transformed_parameters(program: str, rows: str, row_vars: Iterable[
     stmts = [(block, stmt) for block in ("transformed data", "transformed parameters") if block in blocks
              for stmt in _statements(program, *blocks[block])]
     for block, stmt in stmts:
-        headers: set[str] = set().union(*(_references(h, rows) for h in stmt.headers)) if stmt.headers else set()
+        headers: set[str] = set().union(*(_references(h, rows) for h in stmt.headers))
         decl = parse_declaration(program, stmt)
         if decl is not None:
             if stmt.depth == 0 and block == "transformed parameters":
                 top.append(decl.name)
             sizes = set().union(*(_references(x, rows) for x in (*decl.array_dims, *decl.base_dims,
                                                                    decl.constraint)))
-            rhs = set() if decl.init_span is None else _references(program[decl.init_span[0]:decl.init_span[1]], rows)
+            init = "" if decl.init_span is None else program[decl.init_span[0]:decl.init_span[1]]
+            rhs = _references(init, rows)
             writes.append((decl.name, rhs | sizes | headers))
             continue
         target = _assignment_target(stmt)
