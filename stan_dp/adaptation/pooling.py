@@ -189,6 +189,12 @@ def _split_curvature(data: np.ndarray, prior: np.ndarray, frame: np.ndarray, tau
     return 0.5 * (curvature + curvature.T), lam
 
 
+def _splits(projected: np.ndarray | None) -> bool:
+    """Whether a pool's curvature is split (:func:`_split_curvature`): some of its coordinates had
+    their releases projected off, and not all."""
+    return projected is not None and bool(projected.any()) and not bool(projected.all())
+
+
 def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: float,
                       rowless: np.ndarray | None = None,
                       only: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -295,7 +301,7 @@ def _exact_prior_mode(density: Any, pooled: "_Pooled", frame: np.ndarray, h: flo
     link[np.ix_(held, held)] = 0.0
     link[np.ix_(held, ~held)] = -((q / lam) @ q.T) @ p_full[np.ix_(held, ~held)]
     noise_cov = link @ pooled.noise_cov @ link.T
-    if pooled.projected is not None and pooled.projected.any() and not pooled.projected.all():
+    if _splits(pooled.projected):
         curvature, _ = _split_curvature(mean_hess, p_full, frame, pooled.tau, pooled.projected)
     else:
         lam, q = _shrunk_eigen(frame.T @ mean_hess @ frame, frame.T @ p_full @ frame, pooled.tau)
@@ -700,15 +706,16 @@ def _pooled_estimate(pool: list[dict[str, Any]], frame: np.ndarray,
     data_f, prior_f = frame.T @ mean_hess @ frame, frame.T @ mean_prior @ frame   # frame units
     lam_step, lam, q = _step_eigen(data_f, prior_f, tau)   # the one-step estimates divide by lam_step
     least_curvature, upward = _least_curvature(data_f, prior_f, tau)
-    resolved = bool(np.all(lam > 1.0001 * min(1.0, tau)))
     inv_frame = np.linalg.inv(frame)
-    curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
-    curvature = 0.5 * (curvature + curvature.T)
     projected = pool[0].get("projected")
-    if projected is not None and projected.any() and not projected.all():
+    if _splits(projected):
         # the floor only where the release's noise is: along the projected ones the prior is exact
         curvature, lam_rows = _split_curvature(mean_hess, mean_prior, frame, tau, projected)
         resolved = bool(np.all(lam_rows > 1.0001 * min(1.0, tau)))
+    else:
+        curvature = inv_frame.T @ ((q * lam) @ q.T) @ inv_frame
+        curvature = 0.5 * (curvature + curvature.T)
+        resolved = bool(np.all(lam > 1.0001 * min(1.0, tau)))
     # the one-step estimates, their weights and their sum in the frame's units u = A^-1 theta
     # (_gradient_noise_root); H^-1 = Q diag(1/lam_step) Q' there (uncapped: Newton's estimates)
     curvature_f = (q * lam) @ q.T
