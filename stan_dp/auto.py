@@ -54,7 +54,8 @@ from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityW
                              moving_coordinates, over_dispersed, pulled_coordinates)
 from stan_dp.inference import preceding_releases, resolve_init, validate_run_args, warn_weak_delta
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws, netcdf_safe_attrs, omitted_note, with_transformed
+from stan_dp.output import (build_inference_data, constrain_draws, netcdf_safe_attrs, quantity_attrs,
+                             with_transformed)
 from stan_dp.version import __version__
 
 __all__ = ["METHODS", "FORECAST_LIMIT", "sample", "choose_method"]
@@ -934,8 +935,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     })
     if relation == "replace_one":
         attrs["n_rows"] = int(model.n_rows)
-    attrs["not_in_output"] = omitted_note(model)
-    attrs["transformed_in_output"] = ", ".join(getattr(model, "output_transformed", ()))
+    attrs.update(quantity_attrs(model))
     return build_inference_data(constrained, {}, warmup=0, attrs=attrs)
 
 

@@ -45,7 +45,7 @@ from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, 
 from stan_dp.accounting.validation import check_relation, weak_delta_message
 from stan_dp.honesty import chain_diagnostics, emit, mixing_warnings
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws, omitted_note, with_transformed
+from stan_dp.output import build_inference_data, constrain_draws, quantity_attrs, with_transformed
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -556,7 +556,8 @@ def run(
     finally:
         bar.close()
 
-    draws = with_transformed(constrain_draws(model.constrain, np.stack(positions)), model, np.stack(positions))
+    stacked = np.stack(positions)
+    draws = with_transformed(constrain_draws(model.constrain, stacked), model, stacked)
     for name in stat_names:
         if name == "is_accepted":
             stats[name] = stats[name].astype(bool)
@@ -582,8 +583,7 @@ def run(
     if spec.step_rdp is None:
         attrs["noise_multiplier"] = resolved.noise_multiplier
     attrs.update(spec.attrs)
-    attrs["not_in_output"] = omitted_note(model)
-    attrs["transformed_in_output"] = ", ".join(getattr(model, "output_transformed", ()))
+    attrs.update(quantity_attrs(model))
     if run_attrs:
         attrs.update(run_attrs)
     if spec.attrs_for is not None:

@@ -145,6 +145,7 @@ class ZeroRowPart:
     _output_tp: tuple[str, ...] | None = None
     _zero_bridge: Any = None
     _tp_layout: Any = None
+    _program_text: tuple[Path | None, str] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
         arr = np.ascontiguousarray(theta, dtype=np.float64)
@@ -192,11 +193,10 @@ class ZeroRowPart:
         if self._output_tp is None:
             names: tuple[str, ...] = ()
             if self.stan_file is not None and self.zero_row_json is not None:
-                from stan_dp.stan_source import canonical_program, row_free_transformed_parameters
+                from stan_dp.stan_source import row_free_transformed_parameters
 
                 try:
-                    program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
-                                                self._stanc_args)
+                    program = self._canonical_program()
                     names = row_free_transformed_parameters(program, str(getattr(self, "rows_var", "N")),
                                                             tuple(getattr(self, "row_vars", ()) or ()))
                 except Exception as err:  # noqa: BLE001 - unknown: none is returned
@@ -457,11 +457,23 @@ class ZeroRowPart:
             return np.zeros(dim, dtype=bool)
         return np.array([u.split(".")[0] in names for u in unconstrained], dtype=bool)
 
+    def _canonical_program(self) -> str:
+        """The program as stanc prints it (:func:`stan_dp.stan_source.canonical_program`), read once
+        per :attr:`stan_file` (public); raises where it cannot be read."""
+        from stan_dp.stan_source import canonical_program
+
+        cached = self._program_text
+        if cached is None or cached[0] != self.stan_file:
+            text = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc, self._stanc_args)
+            self._program_text = (self.stan_file, text)
+            return text
+        return cached[1]
+
     def _bounded_parameters(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
         """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
         from one reading of the program (cached)."""
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
-            from stan_dp.stan_source import (canonical_program, hierarchical_statements,
+            from stan_dp.stan_source import (hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              indexed_vectors, ordered_parameters, sampled_variates,
                                              simplex_parameters, standard_normal_parameters,
@@ -479,8 +491,7 @@ class ZeroRowPart:
             standard: tuple[str, ...] = ()
             if self.stan_file is not None:
                 try:
-                    program = canonical_program(self.stan_file, find_toolchain(self._cmdstan).stanc,
-                                                self._stanc_args)
+                    program = self._canonical_program()
                     log, logit = log_transformed_parameters(program), logit_transformed_parameters(program)
                     interval = logit_transformed_parameters(program, unit=True)
                     ordered = ordered_parameters(program)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs", "with_transformed"]
+__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs", "quantity_attrs", "with_transformed"]
 
 
 def _import_arviz():
@@ -82,6 +82,14 @@ def with_transformed(draws: dict[str, np.ndarray], model: Any, positions: np.nda
     if not getattr(model, "output_transformed", ()):
         return draws
     return {**draws, **constrain_draws(model.transformed_values, positions)}
+
+
+def quantity_attrs(model: Any) -> dict[str, str]:
+    """A fit's ``attrs`` on the program's other quantities: ``"not_in_output"``
+    (:func:`omitted_note`) and ``"transformed_in_output"``, the transformed parameters the draws
+    carry (:func:`with_transformed`), comma-separated (``stan_dp.compare`` reads it)."""
+    return {"not_in_output": omitted_note(model),
+            "transformed_in_output": ", ".join(getattr(model, "output_transformed", ()))}
 
 
 def omitted_note(model: Any) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 from stan_dp.augmentation.privacy import RecordPrivacy
 from stan_dp.augmentation.records import StanRecordModel
 from stan_dp.native.overlay import augment_sweep
-from stan_dp.output import build_inference_data, constrain_draws, with_transformed
+from stan_dp.output import build_inference_data, constrain_draws
 from stan_dp.progress import Progress
 from stan_dp.version import __version__
 
@@ -439,5 +439,5 @@ def augmented_sample(
         "stan_dp_version": __version__,
         **privacy.attrs(),
     }
-    draws = with_transformed(constrain_draws(model.constrain, positions), model, positions)
+    draws = constrain_draws(model.constrain, positions)
     return build_inference_data(draws, stats, warmup=warmup, attrs=attrs)
