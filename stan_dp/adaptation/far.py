@@ -53,9 +53,11 @@ Riedmiller and Braun 1993, on released quantities):
    the mode is (a binary outcome far from 50 %, counts that are mostly 0),
    and the next moves would only double into the flat region.  Only where
    the coordinate alone moved (every coordinate's median depends on all of
-   them), and not along a log- or logit-transformed parameter
-   (:func:`holdable_coordinates`), whose median collapses the same way
-   while a scale rises from far below its mode.
+   them) — or, where every row's gradient sign is fixed by its outcome (a
+   Bernoulli or categorical likelihood, :data:`FIXED_SIGN_FAMILIES`), where no
+   scale's coordinate moved with it —, and not along a log- or
+   logit-transformed parameter (:func:`holdable_coordinates`), whose median
+   collapses the same way while a scale rises from far below its mode.
 
 5. A centred hierarchical vector (``a ~ normal(mu_a, sigma_a)``, read from the program) adds
    one direction, every ``a_j`` and ``mu_a`` together
@@ -87,8 +89,9 @@ from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "LOG_STEP_MAX", "collapsed_moves",
-           "far_multipliers", "far_releases", "far_phase", "holdable_coordinates", "planned_far_share",
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "collapsed_moves",
+           "far_multipliers", "far_releases", "far_phase", "fixed_sign_rows", "holdable_coordinates",
+           "planned_far_share",
            "planned_first_median_boost", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
@@ -156,7 +159,8 @@ COLLAPSE_OCTAVES = 3.0
 (8-fold) below the median where the move began, while the rows' own vote (without the prior)
 still passes the gate the same way, is taken back and the coordinate stays there for the rest of
 the phase (:func:`far_phase`, step 4) — if the coordinate alone moved (its median depends on the
-others: a scale's move rescales every row's gradient), the move was not its first (a diagonal
+others: a scale's move rescales every row's gradient; for rows of :data:`FIXED_SIGN_FAMILIES`, if
+no scale's coordinate moved with it), the move was not its first (a diagonal
 Newton step, which landed near the mode in every imbalanced case measured, and after which a
 normal mean started far away has shrunk its median by the ratio of the distances) and the
 coordinate is not a scale's (:func:`holdable_coordinates`).  Such a move crossed the scale of most
@@ -301,8 +305,31 @@ def holdable_coordinates(density: Any, d: int) -> np.ndarray:
     return ~(log | (False if logit is None else logit))
 
 
+FIXED_SIGN_FAMILIES = frozenset({"bernoulli", "bernoulli_logit", "bernoulli_logit_glm", "categorical",
+                                 "categorical_logit", "categorical_logit_glm"})
+"""Outcome families whose rows' gradient signs the outcome alone fixes.  A Bernoulli row's log
+density is ``y log p + (1 - y) log(1 - p)``, so ``d/dtheta = (y / p - (1 - y) / (1 - p)) dp/dtheta``:
+the first factor is positive for an event and negative otherwise at every ``theta``; a categorical
+row's gradient along class ``k``'s linear predictor is ``1{y = k} - p_k``.  Along an intercept
+the far phase's vote then counts the classes (``n_1 - n_0``) at the start, at the mode and past
+it, and so does it along a slope whose predictor keeps one sign (a weight in kg): the joint moves
+of all of them walk past the mode together.  For such a density (every outcome family of the
+program in this set: :func:`fixed_sign_rows`) step 4 of :func:`far_phase` takes back a collapse
+of several coordinates that moved together, so long as none of them is a scale's (no scale's move
+rescaled the others' gradients).  A binomial with several trials (``y - N p``) and a Poisson
+(``y - lambda``) change sign with ``theta``: not in the set."""
+
+
+def fixed_sign_rows(density: Any) -> bool:
+    """Whether every outcome family of the density's program (``outcome_families``, public: its
+    sampling statements on row variables) is in :data:`FIXED_SIGN_FAMILIES` (False where it does
+    not say: a NumPy density, or a likelihood written in another shape)."""
+    families = set(getattr(density, "outcome_families", ()) or ())
+    return bool(families) and families <= FIXED_SIGN_FAMILIES
+
+
 def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarray, left_median: np.ndarray,
-                    median: np.ndarray, rows_vote: np.ndarray, gate: float) -> np.ndarray:
+                    median: np.ndarray, rows_vote: np.ndarray, gate: float, jointly: bool = False) -> np.ndarray:
     """Step 4 of :func:`far_phase`: which coordinates' last move to take back (post-processing).
 
     Parameters
@@ -319,18 +346,25 @@ def collapsed_moves(moved: np.ndarray, repeated: np.ndarray, holdable: np.ndarra
         The rows' released vote where it ended (without the prior).
     gate : float
         The vote's gate (``max(SIGNIFICANCE sd, AGREEMENT n)``).
+    jointly : bool, default False
+        The density's rows have fixed gradient signs (:func:`fixed_sign_rows`): a move together
+        with other coordinates counts, so long as none of those moved is a scale's.
 
     Returns
     -------
     ndarray of bool
         The coordinate moved alone (a coordinate's median depends on every coordinate: a scale's
-        move rescales all the rows' gradients), not for the first time, is holdable, its median
-        fell more than :data:`COLLAPSE_OCTAVES`, and the rows still vote beyond the gate the way
-        it moved.
+        move rescales all the rows' gradients) — or, ``jointly``, with no coordinate that is not
+        holdable —, not for the first time, is holdable, its median fell more than
+        :data:`COLLAPSE_OCTAVES`, and the rows still vote beyond the gate the way it moved.
     """
     moved = np.asarray(moved, dtype=float)
-    alone = bool(np.count_nonzero(moved) == 1)
-    return (np.asarray(holdable, dtype=bool) & np.asarray(repeated, dtype=bool) & (moved != 0.0) & alone
+    holdable = np.asarray(holdable, dtype=bool)
+    if jointly:
+        alone = not bool(np.any((moved != 0.0) & ~holdable))
+    else:
+        alone = bool(np.count_nonzero(moved) == 1)
+    return (holdable & np.asarray(repeated, dtype=bool) & (moved != 0.0) & alone
             & (np.asarray(left_median) - np.asarray(median) > COLLAPSE_OCTAVES)
             & (np.sign(rows_vote) == np.sign(moved)) & (np.abs(rows_vote) > gate))
 
@@ -413,6 +447,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     held = np.zeros(d, dtype=bool)   # taken back after a collapse (step 4): stays for the phase
     holdable = holdable_coordinates(density, theta.size)   # public: the others are never taken back
     holdable = np.concatenate([holdable, [bool(holdable[col > 0].all()) for col in u.T]]).astype(bool)
+    jointly = fixed_sign_rows(density)   # public: the program's outcome families
     logs = log_coordinates(density, theta.size)   # public: their steps stop at LOG_STEP_MAX
     capped = np.zeros(d, dtype=bool)
     if logs is not None:
@@ -441,7 +476,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         sd = ledger.entries[-1].noise_sd
         # ---- post-processing of released values only ----
         gate = max(SIGNIFICANCE * sd, AGREEMENT * n_public)
-        collapsed = collapsed_moves(moved, repeated, holdable, left_median, log2_median, v, gate)
+        collapsed = collapsed_moves(moved, repeated, holdable, left_median, log2_median, v, gate, jointly)
         if collapsed.any():   # step 4: take the move back, and stay (the others did not move last
             # round, so their votes, released at the point the move reached, are read as they are)
             theta = theta - along(np.where(collapsed, moved, 0.0))
