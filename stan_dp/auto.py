@@ -719,13 +719,16 @@ def _tail_advice(model: Any) -> str:
 def _centring_hint(model: Any) -> str:
     """The unsettled-search warning's advice to centre predictors, where the model can have one.
 
-    An intercept-slope ridge needs two coordinates and a predictor: a one-parameter model, or a
-    program whose rows hold one variable (``y`` alone: a mixture, a normal mean and scale), is not
-    told to centre predictors.  ``row_vars`` is the program's sliced data layout (names, public);
-    a density that does not say (a NumPy density) keeps the advice.
+    An intercept-slope ridge needs two coordinates and a predictor: a one-parameter model, a
+    program whose rows hold one variable (``y`` alone: a mixture, a normal mean and scale), or one
+    that reads no row variable as a covariate (``covariates`` empty: an item-response model's rows
+    hold an outcome and two indices), is not told to centre predictors.  ``row_vars`` and
+    ``covariates`` are read from the program and the sliced data layout (names, public); a density
+    that does not say (a NumPy density) keeps the advice.
     """
     row_vars = getattr(model, "row_vars", None)
-    if int(model.dim) < 2 or (row_vars is not None and len(tuple(row_vars)) < 2):
+    if (int(model.dim) < 2 or (row_vars is not None and len(tuple(row_vars)) < 2)
+            or getattr(model, "covariates", None) == ()):
         return ""
     return (" — in particular centred predictors (a predictor far from 0 relative to its spread, "
             "like a distance in metres around 5 km, makes its slope and the intercept nearly "

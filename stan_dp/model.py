@@ -143,6 +143,7 @@ class ZeroRowPart:
     zero_row_json: str | None = None
     """The data with no rows (shared data only, the row count 0), as JSON."""
     _output_tp: tuple[str, ...] | None = None
+    _covariates: tuple[tuple[str, ...] | None] | None = None
     _zero_bridge: Any = None
     _tp_layout: Any = None
     _program_text: tuple[Path | None, str] | None = None
@@ -345,6 +346,29 @@ class ZeroRowPart:
         self._bounded_parameters()
         rows = set(getattr(self, "row_vars", ()) or ())
         return tuple(sorted({family for variate, family in (self._sampled or ()) if variate in rows}))
+
+    @property
+    def covariates(self) -> tuple[str, ...] | None:
+        """The row variables the program reads as covariates (not as an outcome, not only as an
+        index into a parameter vector; :func:`stan_dp.stan_source.covariate_row_variables`), or
+        None where the program is unknown or unreadable.
+
+        Public: read from the program and the names of the row variables, never the data.  The
+        unsettled-search warning advises centring predictors only where there is one
+        (:func:`stan_dp.auto._centring_hint`): an item-response model's rows hold an outcome and
+        two indices."""
+        if self._covariates is None:
+            found: tuple[str, ...] | None = None
+            if self.stan_file is not None:
+                from stan_dp.stan_source import covariate_row_variables
+
+                try:
+                    found = covariate_row_variables(self._canonical_program(),
+                                                    tuple(getattr(self, "row_vars", ()) or ()))
+                except Exception as err:  # noqa: BLE001 - unknown: the general advice stands
+                    logger.debug("could not read the covariates: %s", err)
+            self._covariates = (found,)
+        return self._covariates[0]
 
     @property
     def writes_mixture(self) -> bool | None:

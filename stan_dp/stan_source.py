@@ -840,6 +840,72 @@ def _subscripts(program: str, names: Iterable[str]) -> Iterator[tuple[str, list[
             yield m.group(1), _split_top(text[m.end():close]), text[m.start():close + 1]
 
 
+COVARIATE_BLOCKS = ("transformed data", "transformed parameters", "model")
+"""The blocks :func:`covariate_row_variables` reads: where a row variable can enter a row's log
+density (``generated quantities`` cannot)."""
+
+
+def covariate_row_variables(program: str, row_vars: Sequence[str]) -> tuple[str, ...]:
+    """The row variables a program reads as a covariate, in ``row_vars`` order: those read anywhere
+    in :data:`COVARIATE_BLOCKS` (a statement, or a loop or branch around one) other than as the
+    sole index of another variable's subscript (``theta[person]``, ``b[item[n]]``), and never
+    as a variate: the left of ``~`` or a density's first argument (``normal_lpdf(y[n] | ...)``),
+    whole or subscripted (an outcome read in a branch, ``if (y[n] > 0)``, is still the outcome).
+
+    Reads a canonical program, never data.  An item-response model, ``y ~ bernoulli_logit(
+    theta[person] - b[item])``, reads none: its rows hold an outcome and two indices, so it has no
+    slope to centre.  A row variable read in ``transformed data`` (``vector[N] log_x = log(x)``)
+    counts, whatever is done with its transform.
+    """
+    names = [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]
+    if not names:
+        return ()
+    pattern = re.compile(r"\b(" + "|".join(sorted(set(names))) + r")\b")
+    blocks = program_blocks(program)
+    read: set[str] = set()
+    variates: set[str] = set()
+    for block in COVARIATE_BLOCKS:
+        if block not in blocks:
+            continue
+        for stmt in _statements(program, *blocks[block]):
+            for text in (stmt.text, *stmt.headers):
+                for m in pattern.finditer(text):
+                    if _variate(text, m.start(), m.end()):
+                        variates.add(m.group(1))
+                    elif not _sole_index(text, m.start(), m.end()):
+                        read.add(m.group(1))
+    return tuple(v for v in names if v in read - variates)
+
+
+_DENSITY_CALL = re.compile(r"\w+_(?:lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\($")
+
+
+def _subscripted_end(text: str, end: int) -> int:
+    """Past the subscript that follows a name ending at ``end`` (``end`` itself if none)."""
+    k = _skip_ws(text, end)
+    return _match(text, k) + 1 if k < len(text) and text[k] == "[" else end
+
+
+def _variate(text: str, start: int, end: int) -> bool:
+    """Whether the name at ``text[start:end]`` (possibly subscripted) is a sampling statement's
+    variate (``y[n] ~ ...`` at the statement's start) or a density's first argument."""
+    after = text[_subscripted_end(text, end):].lstrip()
+    before = text[:start].rstrip()
+    return ((not before and after.startswith("~"))
+            or (bool(_DENSITY_CALL.search(before)) and (after.startswith("|") or after.startswith(","))))
+
+
+def _sole_index(text: str, start: int, end: int) -> bool:
+    """Whether the name at ``text[start:end]`` (possibly subscripted) is the whole index of a
+    variable's subscript: ``[`` right after a name (or a subscript) before it, ``]`` after it."""
+    before = text[:start].rstrip()
+    after = text[_subscripted_end(text, end):].lstrip()
+    if not before.endswith("[") or not after.startswith("]"):
+        return False
+    owner = before[:-1].rstrip()
+    return bool(owner) and (owner[-1] in "]_" or owner[-1].isalnum())
+
+
 def indexed_vectors(program: str) -> dict[str, tuple[str, ...]]:
     """The vector parameters a program indexes by an integer data array: ``{vector: (indices,)}``.
 
