@@ -692,8 +692,17 @@ def _tail_advice(model: Any) -> str:
     (:data:`BOUNDED_OUTCOME_FAMILIES`) leaves the predictors, and a Student-t's degrees of freedom
     (:data:`DEGREES_OF_FREEDOM_FAMILIES`): such a program is not told to use a robust likelihood.
     A light-tailed one (:data:`LIGHT_TAILED_ALTERNATIVE`) is told which likelihood to try.
-    Anything else, several families, or none read, keeps the general advice.
+    Anything else, several families, or none read, keeps the general advice.  A program that
+    weights each row's log density by a row variable (``likelihood_weights``: ``target += w[n] *
+    normal_lpdf(...)``) is told first that its heavily weighted rows are the likely ones.
     """
+    weights = tuple(getattr(model, "likelihood_weights", ()) or ())
+    if weights:
+        listed = ", ".join(weights)
+        return (f"the program weights each row's log density by {listed}: a row of weight 10 pulls "
+                "like 10 rows, and privacy bounds every row's pull alike, so the heavily weighted rows "
+                f"are the likely ones clipped; capping {listed} at a bound chosen without looking at "
+                "the data (which changes the model) or more rows would help")
     families = tuple(getattr(model, "outcome_families", ()) or ())
     predictors = "transforming heavy-tailed predictors (e.g. log of an income)"
     if len(families) == 1:

@@ -143,7 +143,7 @@ class ZeroRowPart:
     zero_row_json: str | None = None
     """The data with no rows (shared data only, the row count 0), as JSON."""
     _output_tp: tuple[str, ...] | None = None
-    _covariates: tuple[tuple[str, ...] | None] | None = None
+    _row_readings: dict[str, tuple[str, ...] | None] | None = None
     _zero_bridge: Any = None
     _tp_layout: Any = None
     _program_text: tuple[Path | None, str] | None = None
@@ -347,28 +347,43 @@ class ZeroRowPart:
         rows = set(getattr(self, "row_vars", ()) or ())
         return tuple(sorted({family for variate, family in (self._sampled or ()) if variate in rows}))
 
+    def _read_row_variables(self, reader: str) -> tuple[str, ...] | None:
+        """``stan_dp.stan_source.<reader>(program, row_vars)`` (public: the program and the row
+        variables' names, never the data), read once per model; None where the program is unknown
+        or unreadable."""
+        readings = self._row_readings if self._row_readings is not None else {}
+        self._row_readings = readings
+        if reader not in readings:
+            found: tuple[str, ...] | None = None
+            if self.stan_file is not None:
+                import stan_dp.stan_source as stan_source
+
+                try:
+                    found = getattr(stan_source, reader)(self._canonical_program(),
+                                                         tuple(getattr(self, "row_vars", ()) or ()))
+                except Exception as err:  # noqa: BLE001 - unknown: the general advice stands
+                    logger.debug("could not read the program (%s): %s", reader, err)
+            readings[reader] = found
+        return readings[reader]
+
     @property
     def covariates(self) -> tuple[str, ...] | None:
         """The row variables the program reads as covariates (not as an outcome, not only as an
         index into a parameter vector; :func:`stan_dp.stan_source.covariate_row_variables`), or
         None where the program is unknown or unreadable.
 
-        Public: read from the program and the names of the row variables, never the data.  The
-        unsettled-search warning advises centring predictors only where there is one
+        The unsettled-search warning advises centring predictors only where there is one
         (:func:`stan_dp.auto._centring_hint`): an item-response model's rows hold an outcome and
         two indices."""
-        if self._covariates is None:
-            found: tuple[str, ...] | None = None
-            if self.stan_file is not None:
-                from stan_dp.stan_source import covariate_row_variables
+        return self._read_row_variables("covariate_row_variables")
 
-                try:
-                    found = covariate_row_variables(self._canonical_program(),
-                                                    tuple(getattr(self, "row_vars", ()) or ()))
-                except Exception as err:  # noqa: BLE001 - unknown: the general advice stands
-                    logger.debug("could not read the covariates: %s", err)
-            self._covariates = (found,)
-        return self._covariates[0]
+    @property
+    def likelihood_weights(self) -> tuple[str, ...] | None:
+        """The row variables that weight a row's log density in a ``target +=`` statement
+        (``w`` in ``target += w[n] * normal_lpdf(y[n] | ...)``;
+        :func:`stan_dp.stan_source.likelihood_weights`), or None where the program is unknown or
+        unreadable.  The heavy-tail warning names them (:func:`stan_dp.auto._tail_advice`)."""
+        return self._read_row_variables("likelihood_weights")
 
     @property
     def writes_mixture(self) -> bool | None:

@@ -877,6 +877,38 @@ def covariate_row_variables(program: str, row_vars: Sequence[str]) -> tuple[str,
     return tuple(v for v in names if v in read - variates)
 
 
+_DENSITY_NAME = re.compile(r"\b\w+_(?:lpdf|lupdf|lpmf|lupmf)\s*\(")
+
+
+def likelihood_weights(program: str, row_vars: Sequence[str]) -> tuple[str, ...]:
+    """The row variables a ``model`` block's ``target +=`` statement reads outside every density
+    call in it (not as a subscript's sole index), in ``row_vars`` order: a weight on a row's log
+    density, ``target += w[n] * normal_lpdf(y[n] | mu, sigma)`` (survey or frequency weights).
+
+    Reads a canonical program, never data.  A row of weight 10 pulls like 10 rows, and privacy
+    bounds every row's pull alike, so the heavy-tail warning names the weights
+    (:func:`stan_dp.auto._tail_advice`).
+    """
+    names = [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]
+    blocks = program_blocks(program)
+    if not names or "model" not in blocks:
+        return ()
+    pattern = re.compile(r"\b(" + "|".join(sorted(set(names))) + r")\b")
+    found: set[str] = set()
+    for stmt in _statements(program, *blocks["model"]):
+        text = stmt.text
+        if not re.match(r"target\s*\+=", text):
+            continue
+        calls = [(m.start(), _match(text, m.end() - 1)) for m in _DENSITY_NAME.finditer(text)]
+        if not calls:
+            continue
+        for m in pattern.finditer(text):
+            inside = any(a <= m.start() < b for a, b in calls)
+            if not inside and not _sole_index(text, m.start(), m.end()):
+                found.add(m.group(1))
+    return tuple(v for v in names if v in found)
+
+
 _DENSITY_CALL = re.compile(r"\w+_(?:lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\($")
 
 

@@ -17,7 +17,7 @@ import pytest
 import stan_dp
 from conftest import stan_test_model
 from stan_dp.auto import _tail_advice
-from stan_dp.stan_source import sampled_variates, writes_mixture
+from stan_dp.stan_source import likelihood_weights, sampled_variates, writes_mixture
 from test_auto import PoissonGLM, _quiet_sample
 
 PROGRAM = """
@@ -208,3 +208,25 @@ model {
     assert model.writes_mixture is True
     model = stan_dp.RowModel(compiled(stan_test_model("student_dollars")), _dollars(50))
     assert model.writes_mixture is False
+
+
+@pytest.mark.parametrize("statement, weights", [
+    ("for (n in 1:N) target += w[n] * normal_lpdf(y[n] | a + b * x[n], sigma);", ("w",)),
+    ("target += dot_product(w, log(y));", ()),                                  # no density call
+    ("target += normal_lpdf(y | a + b * x, sigma);", ()),                       # every row read inside
+    ("for (n in 1:N) target += wt[g[n]] * poisson_log_lpmf(y[n] | a);", ()),    # g an index
+])
+def test_likelihood_weights_are_row_variables_read_outside_a_density_call(statement, weights):
+    program = "data { int N; }\nparameters { real a; }\nmodel { " + statement + " }"
+    assert likelihood_weights(program, ("x", "y", "w", "g")) == weights
+
+
+def test_weighted_rows_are_named_before_the_likelihood():
+    """A survey-weighted normal regression (``target += w[n] * normal_lpdf(...)``), whose clipped
+    rows are its heavily weighted ones: the advice names the weights, not only "a robust
+    likelihood" or the predictors."""
+    model = _Model(("normal",))
+    model.likelihood_weights = ("w",)
+    advice = _tail_advice(model)
+    assert "weights each row's log density by w" in advice and "capping w" in advice
+    assert "capping" not in _tail_advice(_Model(("normal",)))
