@@ -862,7 +862,7 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     centre = result.mode + moved
     constrained, positions, redrawn, left = _finite_gaussian_draws(model.constrain, centre, root_cov, rng,
                                                                    chains, draws)
-    constrained = with_transformed(constrained, model, positions)
+    constrained = with_transformed(constrained, model, positions, int(rng.integers(2**32)))
     noise = attrs["max_noise_sd_in_posterior_sds"]
     if not attrs["gaussian_shape_ok"]:
         emit([_shape_warning(model, result)], attrs)

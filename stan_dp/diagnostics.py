@@ -341,7 +341,8 @@ def _select(p: _Draws, r: _Draws, var_names: Sequence[str] | None) -> tuple[list
         skipped = list(dict.fromkeys(b for b in p.bases if b in computed and b not in ref_bases))
         wanted = [n for n, b in zip(p.names, p.bases) if b not in set(skipped)]
         if skipped:
-            notes.append(f"not compared (transformed parameters the reference lacks): {_short(skipped)}")
+            notes.append("not compared (transformed parameters or generated quantities the reference lacks): "
+                         f"{_short(skipped)}")
     else:
         wanted = []
         unknown = []

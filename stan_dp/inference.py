@@ -45,7 +45,7 @@ from stan_dp.accounting.curve import ACCOUNTANT_CURVE, RdpCurve, curve_epsilon, 
 from stan_dp.accounting.validation import check_relation, weak_delta_message
 from stan_dp.honesty import chain_diagnostics, emit, mixing_warnings
 from stan_dp.mechanisms import chain_streams
-from stan_dp.output import build_inference_data, constrain_draws, quantity_attrs, with_transformed
+from stan_dp.output import build_inference_data, constrain_draws, quantity_attrs, quantity_seed, with_transformed
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -557,7 +557,8 @@ def run(
         bar.close()
 
     stacked = np.stack(positions)
-    draws = with_transformed(constrain_draws(model.constrain, stacked), model, stacked)
+    draws = with_transformed(constrain_draws(model.constrain, stacked), model, stacked,
+                             None if seed is None else quantity_seed(seed))
     for name in stat_names:
         if name == "is_accepted":
             stats[name] = stats[name].astype(bool)

@@ -12,11 +12,12 @@ the constraining transform.  ``lp(no rows; θ)`` is the prior part
 is verified numerically when the model is loaded.
 
 Only the ``parameters`` block is exposed by :meth:`RowModel.constrain`;
-the draws also carry the transformed parameters the program computes from the
-parameters and shared data alone (:attr:`ZeroRowPart.output_transformed`,
-evaluated by an instance with no row).  The other transformed parameters and
-the generated quantities may be computed from the data, and anything derived
-from the raw data must not reach a sampler's output.  The constraining
+the draws also carry the transformed parameters and generated quantities the
+program computes from the parameters, shared data and (generated quantities)
+Stan's RNG alone (:attr:`ZeroRowPart.output_transformed`,
+:attr:`ZeroRowPart.output_generated`, evaluated by an instance with no row).
+The others may be computed from the data, and anything derived from the raw
+data must not reach a sampler's output.  The constraining
 transform is that of the zero-row model, and a model whose constraints depend
 on the rows is refused at load.
 """
@@ -143,9 +144,14 @@ class ZeroRowPart:
     zero_row_json: str | None = None
     """The data with no rows (shared data only, the row count 0), as JSON."""
     _output_tp: tuple[str, ...] | None = None
+    _output_gq: tuple[str, ...] | None = None
+    generated_blocked: bool = False
+    """Whether the ``generated quantities`` block throws at zero rows (``mean(y_rep)`` of an empty
+    vector), so that none of them is returned (:attr:`output_generated`)."""
     _row_readings: dict[str, tuple[str, ...] | None] | None = None
     _zero_bridge: Any = None
     _tp_layout: Any = None
+    _gq_layout: Any = None
     _program_text: tuple[Path | None, str] | None = None
 
     def _theta(self, theta: Any) -> np.ndarray:
@@ -205,24 +211,81 @@ class ZeroRowPart:
             self._output_tp = names
         return self._output_tp
 
-    def transformed_values(self, theta: Any) -> dict[str, np.ndarray]:
+    @property
+    def output_generated(self) -> tuple[str, ...]:
+        """The ``generated quantities`` returned with the draws: those the program computes from
+        the parameters, shared data and its random number generator alone (public: read from the
+        program, :func:`stan_dp.stan_source.row_free_generated_quantities`), evaluated like
+        :attr:`output_transformed` by the zero-row instance (``real theta_new = normal_rng(mu,
+        tau)``, ``real sigma2 = square(sigma)``).  ``()`` where the program or the zero-row data
+        are not at hand."""
+        if self._output_gq is None:
+            names: tuple[str, ...] = ()
+            if self.stan_file is not None and self.zero_row_json is not None:
+                from stan_dp.stan_source import row_free_generated_quantities
+
+                try:
+                    names = row_free_generated_quantities(self._canonical_program(),
+                                                          str(getattr(self, "rows_var", "N")),
+                                                          tuple(getattr(self, "row_vars", ()) or ()))
+                except Exception as err:  # noqa: BLE001 - unknown: none is returned
+                    logger.debug("could not read the generated quantities: %s", err)
+            if names:   # the block runs whole or not at all: try it at a data-independent point
+                bridge = self._zero_row_bridge()
+                try:
+                    bridge.param_constrain(np.zeros(self.dim), include_tp=True, include_gq=True,
+                                           rng=bridge.new_rng(0))
+                except RuntimeError as err:
+                    logger.debug("the generated quantities do not run at zero rows: %s", err)
+                    self.generated_blocked, names = True, ()
+            self._output_gq = names
+        return self._output_gq
+
+    def _zero_row_bridge(self) -> Any:
+        """The zero-row BridgeStan instance (shared data only), built once."""
+        if self._zero_bridge is None:
+            import bridgestan
+
+            self._zero_bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, warn=False)
+        return self._zero_bridge
+
+    def quantity_rng(self, seed: int | None) -> Any:
+        """A random number generator for :attr:`output_generated` (BridgeStan's, seeded by
+        ``seed``, drawn from the OS's entropy where None); None where none is returned."""
+        if not self.output_generated:
+            return None
+        if seed is None:
+            seed = int(np.random.SeedSequence().generate_state(1)[0])
+        return self._zero_row_bridge().new_rng(int(seed) % 2**32)
+
+    def transformed_values(self, theta: Any, rng: Any = None) -> dict[str, np.ndarray]:
         """:attr:`output_transformed` at unconstrained θ, by name and shape, from the zero-row
-        instance (shared data only: post-processing of θ).  NaN where the program rejects θ
-        there (a constraint on a transformed parameter)."""
-        names = self.output_transformed
+        instance (shared data only: post-processing of θ), and with ``rng``
+        (:meth:`quantity_rng`) :attr:`output_generated` too.  NaN where the program rejects θ
+        there (a constraint on a transformed parameter); the generated quantities alone are NaN
+        where the block throws at zero rows (a quantity of the rows' there: ``mean(y)``)."""
+        names = self.output_transformed + (self.output_generated if rng is not None else ())
         if not names:
             return {}
-        import bridgestan
-
-        if self._zero_bridge is None:
-            self._zero_bridge = bridgestan.StanModel(str(self.library), self.zero_row_json, warn=False)
-            self._tp_layout = ParamLayout(list(self._zero_bridge.param_names(include_tp=True)))
-        try:
-            values = self._tp_layout.split(self._zero_bridge.param_constrain(self._theta(theta), include_tp=True))
-        except RuntimeError:
-            values = {k: np.full(np.shape(v), np.nan) for k, v in
-                      self._tp_layout.split(np.zeros(len(self._tp_layout.names))).items()}
-        return {name: values[name] for name in names}
+        bridge = self._zero_row_bridge()
+        if self._tp_layout is None:
+            self._tp_layout = ParamLayout(list(bridge.param_names(include_tp=True)))
+            self._gq_layout = ParamLayout(list(bridge.param_names(include_tp=True, include_gq=True)))
+        theta = self._theta(theta)
+        values: dict[str, np.ndarray] | None = None
+        if rng is not None and self.output_generated:
+            try:
+                values = self._gq_layout.split(bridge.param_constrain(theta, include_tp=True, include_gq=True,
+                                                                      rng=rng))
+            except RuntimeError:
+                values = None
+        if values is None:
+            try:
+                values = self._tp_layout.split(bridge.param_constrain(theta, include_tp=True))
+            except RuntimeError:
+                values = {}
+        blank = self._gq_layout.split(np.full(len(self._gq_layout.names), np.nan))
+        return {name: values.get(name, blank[name]) for name in names}
 
     @property
     def omitted_quantities(self) -> dict[str, list[str]]:
@@ -246,9 +309,10 @@ class ZeroRowPart:
         params = set(variables(bridge.param_names()))
         with_tp = variables(bridge.param_names(include_tp=True))
         everything = variables(bridge.param_names(include_tp=True, include_gq=True))
-        returned = set(self.output_transformed)
+        returned = set(self.output_transformed) | set(self.output_generated)
         out["transformed parameters"] = [v for v in with_tp if v not in params and v not in returned]
-        out["generated quantities"] = [v for v in everything if v not in with_tp and v not in params]
+        out["generated quantities"] = [v for v in everything
+                                       if v not in with_tp and v not in params and v not in returned]
         return out
 
     @property

@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs", "quantity_attrs", "with_transformed"]
+__all__ = ["constrain_draws", "build_inference_data", "netcdf_safe_attrs", "quantity_attrs", "quantity_seed",
+           "with_transformed"]
 
 
 def _import_arviz():
@@ -74,22 +75,35 @@ def netcdf_safe_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return safe
 
 
-def with_transformed(draws: dict[str, np.ndarray], model: Any, positions: np.ndarray) -> dict[str, np.ndarray]:
-    """``draws`` with the model's transformed parameters that it computes from the parameters and
-    shared data alone (``model.transformed_values``, :attr:`stan_dp.model.ZeroRowPart.output_transformed`)
-    at the same unconstrained ``positions`` (``(chains, draws, dim)``): post-processing of the draws.
-    ``draws`` itself where the model returns none."""
-    if not getattr(model, "output_transformed", ()):
+def with_transformed(draws: dict[str, np.ndarray], model: Any, positions: np.ndarray,
+                     seed: int | None = None) -> dict[str, np.ndarray]:
+    """``draws`` with the model's transformed parameters and generated quantities that it computes
+    from the parameters, shared data and (for the latter) its random number generator alone
+    (``model.transformed_values``; :attr:`stan_dp.model.ZeroRowPart.output_transformed`,
+    :attr:`~stan_dp.model.ZeroRowPart.output_generated`) at the same unconstrained ``positions``
+    (``(chains, draws, dim)``), the generator seeded by ``seed`` (from the OS's entropy where
+    None): post-processing of the draws.  ``draws`` itself where the model returns none."""
+    if not getattr(model, "output_transformed", ()) and not getattr(model, "output_generated", ()):
         return draws
-    return {**draws, **constrain_draws(model.transformed_values, positions)}
+    rng = model.quantity_rng(seed) if getattr(model, "output_generated", ()) else None
+    return {**draws, **constrain_draws(lambda theta: model.transformed_values(theta, rng), positions)}
+
+
+def quantity_seed(seed: int | np.random.SeedSequence) -> int:
+    """A seed for the generated quantities' generator (:func:`with_transformed`) from a sampler's
+    user seed, apart from every chain's streams: the seed's sequence under a spawn key of its own
+    (:func:`stan_dp.mechanisms.chain_streams` spawns chains at keys 0, 1, ...; this is 2**31)."""
+    root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    return int(np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, 2**31)).generate_state(1)[0])
 
 
 def quantity_attrs(model: Any) -> dict[str, str]:
     """A fit's ``attrs`` on the program's other quantities: ``"not_in_output"``
-    (:func:`omitted_note`) and ``"transformed_in_output"``, the transformed parameters the draws
-    carry (:func:`with_transformed`), comma-separated (``stan_dp.compare`` reads it)."""
-    return {"not_in_output": omitted_note(model),
-            "transformed_in_output": ", ".join(getattr(model, "output_transformed", ()))}
+    (:func:`omitted_note`) and ``"transformed_in_output"``, the transformed parameters and
+    generated quantities the draws carry (:func:`with_transformed`), comma-separated
+    (``stan_dp.compare`` reads it)."""
+    returned = (*getattr(model, "output_transformed", ()), *getattr(model, "output_generated", ()))
+    return {"not_in_output": omitted_note(model), "transformed_in_output": ", ".join(returned)}
 
 
 def omitted_note(model: Any) -> str:
@@ -100,9 +114,12 @@ def omitted_note(model: Any) -> str:
     parts = [f"{block}: {', '.join(names)}" for block, names in omitted.items() if names]
     if not parts:
         return ""
+    blocked = ("; the generated quantities block cannot run without the rows (e.g. a mean over "
+               "them), so none of its quantities is returned" if getattr(model, "generated_blocked", False)
+               else "")
     return ("; ".join(parts) + " (not in the output: they may be computed from the data, which "
             "only a privacy mechanism may touch; compute those that depend on the parameters "
-            "alone from the posterior draws)")
+            f"alone from the posterior draws{blocked})")
 
 
 def build_inference_data(

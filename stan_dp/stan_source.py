@@ -770,19 +770,40 @@ def row_free_transformed_parameters(program: str, rows: str, row_vars: Iterable[
     write is a declaration's initialiser or an assignment (Stan's functions cannot change their
     arguments), so a variable no tainted write reaches is computed from untainted values only.
     """
+    return _row_free(program, rows, row_vars, "transformed parameters")
+
+
+def row_free_generated_quantities(program: str, rows: str, row_vars: Iterable[str]) -> tuple[str, ...]:
+    """The ``generated quantities`` computed from parameters, shared data and Stan's random number
+    generator alone, in program order: the reading of :func:`row_free_transformed_parameters`
+    carried through ``transformed data``, ``transformed parameters`` and ``generated quantities``
+    (``real theta_new = normal_rng(mu, tau)`` is one; ``vector[N] log_lik``, anything reading a
+    row or the row count, or a transformed parameter that does, is not).
+
+    Reads a canonical program, never data.  A random draw is independent of the data, so the
+    zero-row instance's values are post-processing of the parameters' draws."""
+    return _row_free(program, rows, row_vars, "generated quantities")
+
+
+_ROW_FREE_READS = {"transformed parameters": ("transformed data", "transformed parameters"),
+                   "generated quantities": ("transformed data", "transformed parameters", "generated quantities")}
+
+
+def _row_free(program: str, rows: str, row_vars: Iterable[str], block_read: str) -> tuple[str, ...]:
+    """The top-level declarations of ``block_read`` that no write reading a row reaches."""
     blocks = program_blocks(program)
-    if "transformed parameters" not in blocks:
+    if block_read not in blocks:
         return ()
     tainted = set(row_vars) | {rows}
     top: list[str] = []
     writes: list[tuple[str, set[str]]] = []
-    stmts = [(block, stmt) for block in ("transformed data", "transformed parameters") if block in blocks
+    stmts = [(block, stmt) for block in _ROW_FREE_READS[block_read] if block in blocks
              for stmt in _statements(program, *blocks[block])]
     for block, stmt in stmts:
         headers: set[str] = set().union(*(_references(h, rows) for h in stmt.headers))
         decl = parse_declaration(program, stmt)
         if decl is not None:
-            if stmt.depth == 0 and block == "transformed parameters":
+            if stmt.depth == 0 and block == block_read:
                 top.append(decl.name)
             sizes = set().union(*(_references(x, rows) for x in (*decl.array_dims, *decl.base_dims,
                                                                    decl.constraint)))

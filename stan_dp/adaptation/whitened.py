@@ -104,6 +104,36 @@ class WhitenedDensity:
         """The model's constrained parameters at ``theta(u)``."""
         return self._inner.constrain(self.theta(u))
 
+    # The program's other quantities (stan_dp.output.with_transformed, quantity_attrs): read from
+    # the program (public) and computed by the model's zero-row instance at theta(u).
+    @property
+    def output_transformed(self) -> tuple[str, ...]:
+        """The model's transformed parameters returned with the draws."""
+        return tuple(getattr(self._inner, "output_transformed", ()))
+
+    @property
+    def output_generated(self) -> tuple[str, ...]:
+        """The model's generated quantities returned with the draws."""
+        return tuple(getattr(self._inner, "output_generated", ()))
+
+    @property
+    def generated_blocked(self) -> bool:
+        """Whether the model's generated quantities block cannot run without rows."""
+        return bool(getattr(self._inner, "generated_blocked", False))
+
+    @property
+    def omitted_quantities(self) -> dict[str, list[str]]:
+        """The model's quantities left out of the output."""
+        return dict(getattr(self._inner, "omitted_quantities", None) or {})
+
+    def quantity_rng(self, seed: int | None) -> Any:
+        """The model's generator for its generated quantities."""
+        return self._inner.quantity_rng(seed)
+
+    def transformed_values(self, u: np.ndarray, rng: Any = None) -> dict[str, np.ndarray]:
+        """The model's returned quantities at ``theta(u)``."""
+        return self._inner.transformed_values(self.theta(u), rng)
+
     def unconstrain(self, values: Mapping[str, Any]) -> np.ndarray:
         """``u`` of constrained values (needs the model's ``unconstrain``)."""
         return self._inverse @ (np.asarray(self._inner.unconstrain(values), dtype=float) - self.center)
