@@ -193,23 +193,24 @@ def test_warnings_name_each_unconstrained_coordinate(compiled):
 
 
 def test_the_blocks_left_out_of_the_output_are_named(compiled):
-    """Generated quantities, and transformed parameters that read the rows, may read the data, so
+    """Generated quantities, and transformed parameters, that read the rows may read the data, so
     the output leaves them out; the model names them (from the program) so that the output can say
-    so.  ``c_sum = sum(c)`` reads the parameters alone and comes with the draws
-    (tests/test_transformed_output.py)."""
+    so.  ``c_sum = sum(c)`` and ``draw = normal_rng(c[1], s)`` read the parameters alone and come
+    with the draws (tests/test_transformed_output.py, tests/test_generated_output.py), also from a
+    seed sampler."""
     from stan_dp.output import omitted_note
 
     model = RowModel(compiled(stan_test_model("rows_mixed")), mixed_data())
-    assert model.output_transformed == ("c_sum",)
-    assert model.omitted_quantities == {"transformed parameters": [], "generated quantities": ["draw"]}
-    note = omitted_note(model)
-    assert note.startswith("generated quantities: draw (not in the output")
+    assert model.output_transformed == ("c_sum",) and model.output_generated == ("draw",)
+    assert model.omitted_quantities == {"transformed parameters": [], "generated quantities": []}
+    assert omitted_note(model) == ""
     from stan_dp import penalty
 
     fit = penalty(model, epsilon=2.0, delta=1e-5, clip=1.0, step_size=0.05, iterations=3, warmup=0,
                   chains=1, seed=1, progress=False)
-    assert fit.attrs["not_in_output"] == note   # a seed sampler's fit says it too
+    assert fit.attrs["not_in_output"] == "" and fit.attrs["transformed_in_output"] == "c_sum, draw"
     np.testing.assert_allclose(fit.posterior["c_sum"].values, fit.posterior["c"].values.sum(axis=-1))
+    assert np.isfinite(fit.posterior["draw"].values).all()
     plain = RowModel(compiled(bundled("logistic_regression")), logistic_data(n=20))
     assert plain.omitted_quantities == {"transformed parameters": [], "generated quantities": []}
     assert omitted_note(plain) == ""

@@ -13,5 +13,5 @@ model {
   y ~ bernoulli(p);
 }
 generated quantities {
-  real odds = p / (1 - p);   // not in a private fit's output: named in attrs["not_in_output"]
+  real odds = p / (1 - p);   // from the parameter alone: returned with the draws
 }
