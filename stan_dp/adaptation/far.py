@@ -58,6 +58,10 @@ Riedmiller and Braun 1993, on released quantities):
    scale's coordinate moved with it —, and not along a log- or
    logit-transformed parameter (:func:`holdable_coordinates`), whose median
    collapses the same way while a scale rises from far below its mode.
+   4b. Where a move raised a direction's median more than :data:`OVERSHOOT_OCTAVES` and
+   its vote then flipped, the move overshot a mode beyond which the rows' gradients grow
+   fast (an exponential's: a Poisson rate from far below); from then on the direction
+   moves at most halfway to the far end of the bracket its votes set (bisection).
 
 5. A centred hierarchical vector (``a ~ normal(mu_a, sigma_a)``, read from the program) adds
    one direction, every ``a_j`` and ``mu_a`` together
@@ -89,9 +93,9 @@ from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "collapsed_moves",
-           "far_multipliers", "far_releases", "far_phase", "fixed_sign_rows", "holdable_coordinates",
-           "planned_far_share",
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "OVERSHOOT_OCTAVES",
+           "collapsed_moves", "far_multipliers", "far_releases", "far_phase", "fixed_sign_rows",
+           "holdable_coordinates", "planned_far_share",
            "planned_first_median_boost", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
@@ -154,6 +158,20 @@ a sign-led step has no model to extrapolate, and at 3 a Poisson rate of mostly-z
 (``tests/stan/poisson_rate.stan``, 1,000 rows, epsilon = 16) stopped its far phase at ``log lambda``
 -7.8 instead of -12.4 and ended 2.9 sds off in rms over 8 seeds instead of 0.71 (6: 1.0; 10: as
 uncapped).  Ten rounds still cover 100 e-folds (docs/adaptation.md §3, "Far phase", step 4)."""
+OVERSHOOT_OCTAVES = 3.0
+"""A sign flip after a move that raised a direction's released median ``|g_ij|`` by more than this
+many octaves (8-fold) brackets the direction (:func:`far_phase`, step 4b): from then on it moves at
+most halfway to the bracket's far end, the last points where its vote passed the gate the other
+way (a bisection), instead of Rprop's halved step, which goes back by that step and then by the
+same step again, to the bracket's near end.  Such a move overshot a mode where the rows' gradients
+grow fast beyond it: the first, diagonal Newton step of a Poisson regression from rate 1 below
+counts around 180, on beds (50-400) and staff (120 +- 30), raised the linear predictor to about
+250 (the start's curvature, the rate's, is 180 times the mode's inverse), and ten rounds of
+halving back and forth ended it near 30, where the Newton rounds cannot move (1,500 rows,
+epsilon 16 and 4: 820-1,420 posterior sds off, warned); bracketed, 0.2-1.0.  Not along a
+log-transformed coordinate, whose step :data:`LOG_STEP_MAX` already holds (a scale below its
+mode raises its median ``r^2 / sigma^2 - 1`` as fast: bracketed too, the battery's Student-t
+regression went 1.15 times further off at epsilon 4).  docs/adaptation.md §3, "Far phase"."""
 COLLAPSE_OCTAVES = 3.0
 """A move after which a coordinate's released median ``|g_ij|`` is more than this many octaves
 (8-fold) below the median where the move began, while the rows' own vote (without the prior)
@@ -449,6 +467,10 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     holdable = np.concatenate([holdable, [bool(holdable[col > 0].all()) for col in u.T]]).astype(bool)
     jointly = fixed_sign_rows(density)   # public: the program's outcome families
     logs = log_coordinates(density, theta.size)   # public: their steps stop at LOG_STEP_MAX
+    position = np.zeros(d)     # each direction's cumulative move
+    low = np.full(d, -np.inf)  # where its vote last passed the gate up ...
+    high = np.full(d, np.inf)  # ... and down: the mode along it lies between
+    bracketed = np.zeros(d, dtype=bool)   # an overshoot seen: moves stay inside the bracket
     capped = np.zeros(d, dtype=bool)
     if logs is not None:
         capped[:theta.size] = logs
@@ -480,6 +502,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         if collapsed.any():   # step 4: take the move back, and stay (the others did not move last
             # round, so their votes, released at the point the move reached, are read as they are)
             theta = theta - along(np.where(collapsed, moved, 0.0))
+            position = position - np.where(collapsed, moved, 0.0)
             log2_median = np.where(collapsed, left_median, log2_median)   # the next search's window
             held |= collapsed
         _, pg = prior_gradient(density, theta)
@@ -496,9 +519,15 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         grow = significant & ~first & (sign == last)
         shrink = significant & ~first & (sign == -last)
         step = np.where(grow, GROWTH * step, np.where(shrink, step / GROWTH, step))
+        # step 4b: a flip after a move that raised the median beyond OVERSHOOT_OCTAVES brackets it
+        bracketed |= shrink & ~capped & (log2_median - left_median > OVERSHOOT_OCTAVES)
         step = np.where(capped, np.minimum(step, LOG_STEP_MAX), step)
-        move = np.where(significant, sign * np.minimum(step, max_step), 0.0)
+        low = np.where(significant & (sign > 0), np.maximum(low, position), low)
+        high = np.where(significant & (sign < 0), np.minimum(high, position), high)
+        room = np.where(bracketed, np.where(sign > 0, high - position, position - low) / 2.0, np.inf)
+        move = np.where(significant, sign * np.minimum(np.minimum(step, max_step), room), 0.0)
         move = np.where(np.isfinite(move), move, 0.0)
+        position = position + move
         last = np.where(shrink, 0.0, sign)   # after a flip, the next round neither grows nor halves
         moved = move
         repeated = ~first
