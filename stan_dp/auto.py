@@ -630,7 +630,10 @@ BOUNDED_OUTCOME_FAMILIES = frozenset({
     "bernoulli", "bernoulli_logit", "bernoulli_logit_glm", "categorical", "categorical_logit",
     "categorical_logit_glm", "ordered_logistic", "ordered_probit", "ordered_logistic_glm"})
 """Outcome families whose outcome is one of a few values: a row's gradient is bounded by its
-predictors (``(y - p) x`` for a logistic regression), never by its outcome."""
+predictors (``(y - p) x`` for a logistic regression), never by its outcome's size; but where one
+class is rare (share ``p``) its rows' gradients are about ``1/p`` times the others' in the
+posterior's units (``(1 - p) x`` against ``p x``, each over the Fisher scale ``sqrt(n p) |x|``), so
+the heavy-tail advice names a rare outcome too."""
 
 LIGHT_TAILED_ALTERNATIVE = {"normal": "student_t in place of normal",
                             "normal_id_glm": "student_t in place of normal_id_glm",
@@ -713,11 +716,16 @@ def _tail_advice(model: Any) -> str:
                     f"log |residual|), so the large gradients come from the predictors or from "
                     f"outliers moving the degrees of freedom: {predictors}, a prior that says more "
                     "about the degrees of freedom, or more rows would help")
-        if family in HEAVY_TAILED_FAMILIES or family in BOUNDED_OUTCOME_FAMILIES:
-            why = ("already bounds an outlying outcome's pull"
-                   if family in HEAVY_TAILED_FAMILIES else "has outcomes of a few values")
-            return (f"the program's likelihood ({family}) {why}, so the large gradients come from "
-                    f"the predictors: {predictors} or more rows would help")
+        if family in HEAVY_TAILED_FAMILIES:
+            return (f"the program's likelihood ({family}) already bounds an outlying outcome's pull, "
+                    f"so the large gradients come from the predictors: {predictors} or more rows would "
+                    "help")
+        if family in BOUNDED_OUTCOME_FAMILIES:
+            return (f"the program's likelihood ({family}) has outcomes of a few values, so the large "
+                    "gradients come from the predictors or from a rare outcome (in the posterior's "
+                    "units a row of a class of a few percent pulls about 1/p times as hard as one of "
+                    f"the common class): {predictors}, or more rows (more of the rare class), would "
+                    "help")
         if family in LIGHT_TAILED_ALTERNATIVE:
             return (f"{predictors}, a heavier-tailed likelihood "
                     f"({LIGHT_TAILED_ALTERNATIVE[family]}) if the outcomes have outliers, or more "

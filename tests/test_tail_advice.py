@@ -56,6 +56,8 @@ def test_bounded_pull_is_told_about_its_predictors_only(family):
     advice = _tail_advice(_Model((family,)))
     assert GENERAL not in advice and "likelihood (" + family + ")" in advice
     assert "heavy-tailed predictors" in advice and "degrees of freedom" not in advice
+    # a few-valued outcome's rare class pulls hard too (rare events on a dose and a weight)
+    assert ("rare outcome" in advice) is (family != "cauchy")
 
 
 def test_a_student_t_is_told_about_its_predictors_and_its_degrees_of_freedom():
