@@ -143,12 +143,11 @@ class ZeroRowPart:
     _standard: tuple[str, ...] = ()
     zero_row_json: str | None = None
     """The data with no rows (shared data only, the row count 0), as JSON."""
-    _output_tp: tuple[str, ...] | None = None
     _output_gq: tuple[str, ...] | None = None
     generated_blocked: bool = False
     """Whether the ``generated quantities`` block throws at zero rows (``mean(y_rep)`` of an empty
     vector), so that none of them is returned (:attr:`output_generated`)."""
-    _row_readings: dict[str, tuple[str, ...] | None] | None = None
+    _readings: dict[str, tuple[str, ...] | None] | None = None
     _zero_bridge: Any = None
     _tp_layout: Any = None
     _gq_layout: Any = None
@@ -197,19 +196,9 @@ class ZeroRowPart:
         :func:`stan_dp.stan_source.row_free_transformed_parameters`), evaluated by a zero-row
         instance of the model (:meth:`transformed_values`), which never holds a row.  ``()``
         where the program or the zero-row data are not at hand."""
-        if self._output_tp is None:
-            names: tuple[str, ...] = ()
-            if self.stan_file is not None and self.zero_row_json is not None:
-                from stan_dp.stan_source import row_free_transformed_parameters
-
-                try:
-                    program = self._canonical_program()
-                    names = row_free_transformed_parameters(program, str(getattr(self, "rows_var", "N")),
-                                                            tuple(getattr(self, "row_vars", ()) or ()))
-                except Exception as err:  # noqa: BLE001 - unknown: none is returned
-                    logger.debug("could not read the transformed parameters: %s", err)
-            self._output_tp = names
-        return self._output_tp
+        if self.zero_row_json is None:
+            return ()
+        return self._read_program("row_free_transformed_parameters", with_rows_var=True) or ()
 
     @property
     def output_generated(self) -> tuple[str, ...]:
@@ -218,18 +207,11 @@ class ZeroRowPart:
         program, :func:`stan_dp.stan_source.row_free_generated_quantities`), evaluated like
         :attr:`output_transformed` by the zero-row instance (``real theta_new = normal_rng(mu,
         tau)``, ``real sigma2 = square(sigma)``).  ``()`` where the program or the zero-row data
-        are not at hand."""
+        are not at hand, or where the block throws at zero rows (:attr:`generated_blocked`)."""
         if self._output_gq is None:
             names: tuple[str, ...] = ()
-            if self.stan_file is not None and self.zero_row_json is not None:
-                from stan_dp.stan_source import row_free_generated_quantities
-
-                try:
-                    names = row_free_generated_quantities(self._canonical_program(),
-                                                          str(getattr(self, "rows_var", "N")),
-                                                          tuple(getattr(self, "row_vars", ()) or ()))
-                except Exception as err:  # noqa: BLE001 - unknown: none is returned
-                    logger.debug("could not read the generated quantities: %s", err)
+            if self.zero_row_json is not None:
+                names = self._read_program("row_free_generated_quantities", with_rows_var=True) or ()
             if names:   # the block runs whole or not at all: try it at a data-independent point
                 bridge = self._zero_row_bridge()
                 try:
@@ -411,21 +393,22 @@ class ZeroRowPart:
         rows = set(getattr(self, "row_vars", ()) or ())
         return tuple(sorted({family for variate, family in (self._sampled or ()) if variate in rows}))
 
-    def _read_row_variables(self, reader: str) -> tuple[str, ...] | None:
-        """``stan_dp.stan_source.<reader>(program, row_vars)`` (public: the program and the row
-        variables' names, never the data), read once per model; None where the program is unknown
-        or unreadable."""
-        readings = self._row_readings if self._row_readings is not None else {}
-        self._row_readings = readings
+    def _read_program(self, reader: str, with_rows_var: bool = False) -> tuple[str, ...] | None:
+        """``stan_dp.stan_source.<reader>(program, [rows_var,] row_vars)`` (public: the program and
+        the names of the row count and row variables, never the data), read once per model; None
+        where the program is unknown or unreadable."""
+        readings = self._readings if self._readings is not None else {}
+        self._readings = readings
         if reader not in readings:
             found: tuple[str, ...] | None = None
             if self.stan_file is not None:
                 import stan_dp.stan_source as stan_source
 
+                rows = (str(getattr(self, "rows_var", "N")),) if with_rows_var else ()
                 try:
-                    found = getattr(stan_source, reader)(self._canonical_program(),
+                    found = getattr(stan_source, reader)(self._canonical_program(), *rows,
                                                          tuple(getattr(self, "row_vars", ()) or ()))
-                except Exception as err:  # noqa: BLE001 - unknown: the general advice stands
+                except Exception as err:  # noqa: BLE001 - unknown: the caller's default stands
                     logger.debug("could not read the program (%s): %s", reader, err)
             readings[reader] = found
         return readings[reader]
@@ -439,7 +422,7 @@ class ZeroRowPart:
         The unsettled-search warning advises centring predictors only where there is one
         (:func:`stan_dp.auto._centring_hint`): an item-response model's rows hold an outcome and
         two indices."""
-        return self._read_row_variables("covariate_row_variables")
+        return self._read_program("covariate_row_variables")
 
     @property
     def likelihood_weights(self) -> tuple[str, ...] | None:
@@ -447,7 +430,7 @@ class ZeroRowPart:
         (``w`` in ``target += w[n] * normal_lpdf(y[n] | ...)``;
         :func:`stan_dp.stan_source.likelihood_weights`), or None where the program is unknown or
         unreadable.  The heavy-tail warning names them (:func:`stan_dp.auto._tail_advice`)."""
-        return self._read_row_variables("likelihood_weights")
+        return self._read_program("likelihood_weights")
 
     @property
     def writes_mixture(self) -> bool | None:
