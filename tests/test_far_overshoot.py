@@ -6,8 +6,10 @@ move, a diagonal Newton step read from the start's curvature (the rate's: 1), ov
 exponential by decades (the linear predictor to about 250).  The votes flip and the released
 median of ``|g|`` explodes, and Rprop's halving then went back and forth between the start and
 the overshoot (after a flip it moves back by the halved step, then by the same step again), so
-the ten rounds ended at a linear predictor near 30, where every row's curvature is ``e^30`` and
-the Newton rounds do not move: the fit was about a thousand posterior sds off (warned).  Since
+the ten rounds ended at a linear predictor near 31, where every row's curvature is ``e^31`` and
+the Newton rounds do not move: 1,040-1,420 posterior sds off (noise seed 1; unsettled, warned).
+With the bracket the phase ends near 4.9 (the mode's mean is 5.2) and the search settles 0.26-0.43
+sds off with sds within 3 % of the exact ones.  Since
 such a flip (a median up more than :data:`stan_dp.adaptation.far.OVERSHOOT_OCTAVES`) brackets
 the coordinate between where its votes last disagreed, its moves go at most halfway to the
 bracket's far end (a bisection), and the search ends at the mode (docs/adaptation.md §3, "Far
@@ -26,8 +28,8 @@ from test_auto import PoissonGLM
 def _admissions(n: int = 1500) -> PoissonGLM:
     rng = np.random.default_rng(12)
     beds, staff = rng.uniform(50, 400, n).round(), rng.normal(120, 30, n).round()
-    x = np.column_stack([np.ones(n), beds, staff])
-    return PoissonGLM(x, rng.poisson(np.exp(x @ np.array([4.0, 0.003, 0.004]))).astype(float))
+    rate = np.exp(4.0 + 0.003 * beds + 0.004 * staff)
+    return PoissonGLM(np.column_stack([beds, staff]), rng.poisson(rate).astype(float))   # adds the intercept
 
 
 def test_an_overshot_coordinate_is_bisected_back_to_the_mode(monkeypatch):
