@@ -836,20 +836,26 @@ def positional_row_indexing(program: str, row_vars: Sequence[str]) -> list[str]:
     row's own index (``y[n]``, ``y[idx[n]]``) are not listed.
     """
     found: list[str] = []
-    for _, parts, snippet in _subscripts(program, [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]):
+    for _, parts, snippet in _subscripts(program, row_vars):
         first = parts[0].strip() if parts else ""
         if (":" in first or _OFFSET_INDEX.match(first)) and snippet not in found:
             found.append(snippet)
     return found
 
 
+def _names_pattern(names: Iterable[str], after: str = r"\b") -> re.Pattern[str] | None:
+    """A pattern matching any of ``names`` that is a Stan identifier as a whole word (group 1),
+    followed by ``after``; None where there is none."""
+    words = sorted({v for v in names if re.fullmatch(r"[A-Za-z_]\w*", v)})
+    return re.compile(r"\b(" + "|".join(words) + ")" + after) if words else None
+
+
 def _subscripts(program: str, names: Iterable[str]) -> Iterator[tuple[str, list[str], str]]:
     """Every subscript of a variable in ``names`` in :data:`INDEXED_BLOCKS`, in program order:
     ``(variable, its top-level index expressions, the text "v[...]")``."""
-    names = sorted(set(names))
-    if not names:
+    pattern = _names_pattern(names, r"\s*\[")
+    if pattern is None:
         return
-    pattern = re.compile(r"\b(" + "|".join(names) + r")\s*\[")
     blocks = program_blocks(program)
     for block in INDEXED_BLOCKS:
         if block not in blocks:
@@ -878,10 +884,9 @@ def covariate_row_variables(program: str, row_vars: Sequence[str]) -> tuple[str,
     slope to centre.  A row variable read in ``transformed data`` (``vector[N] log_x = log(x)``)
     counts, whatever is done with its transform.
     """
-    names = [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]
-    if not names:
+    pattern = _names_pattern(row_vars)
+    if pattern is None:
         return ()
-    pattern = re.compile(r"\b(" + "|".join(sorted(set(names))) + r")\b")
     blocks = program_blocks(program)
     read: set[str] = set()
     variates: set[str] = set()
@@ -895,7 +900,7 @@ def covariate_row_variables(program: str, row_vars: Sequence[str]) -> tuple[str,
                         variates.add(m.group(1))
                     elif not _sole_index(text, m.start(), m.end()):
                         read.add(m.group(1))
-    return tuple(v for v in names if v in read - variates)
+    return tuple(v for v in row_vars if v in read - variates)
 
 
 _DENSITY_NAME = re.compile(r"\b\w+_(?:lpdf|lupdf|lpmf|lupmf)\s*\(")
@@ -910,11 +915,10 @@ def likelihood_weights(program: str, row_vars: Sequence[str]) -> tuple[str, ...]
     bounds every row's pull alike, so the heavy-tail warning names the weights
     (:func:`stan_dp.auto._tail_advice`).
     """
-    names = [v for v in row_vars if re.fullmatch(r"[A-Za-z_]\w*", v)]
+    pattern = _names_pattern(row_vars)
     blocks = program_blocks(program)
-    if not names or "model" not in blocks:
+    if pattern is None or "model" not in blocks:
         return ()
-    pattern = re.compile(r"\b(" + "|".join(sorted(set(names))) + r")\b")
     found: set[str] = set()
     for stmt in _statements(program, *blocks["model"]):
         text = stmt.text
@@ -927,7 +931,7 @@ def likelihood_weights(program: str, row_vars: Sequence[str]) -> tuple[str, ...]
             inside = any(a <= m.start() < b for a, b in calls)
             if not inside and not _sole_index(text, m.start(), m.end()):
                 found.add(m.group(1))
-    return tuple(v for v in names if v in found)
+    return tuple(v for v in row_vars if v in found)
 
 
 _DENSITY_CALL = re.compile(r"\w+_(?:lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\($")
