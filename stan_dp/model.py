@@ -266,6 +266,8 @@ class ZeroRowPart:
                 values = self._tp_layout.split(bridge.param_constrain(theta, include_tp=True))
             except RuntimeError:
                 values = {}
+        if all(name in values for name in names):   # every draw but those the program rejected
+            return {name: values[name] for name in names}
         blank = self._gq_layout.split(np.full(len(self._gq_layout.names), np.nan))
         return {name: values.get(name, blank[name]) for name in names}
 
