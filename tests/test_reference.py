@@ -419,3 +419,27 @@ def test_a_reference_whose_chains_disagree_says_so(linear_fit, caplog):
     assert rhat > 1.05
     (record,) = [r for r in caplog.records if "did not converge" in r.message]
     assert "not a trustworthy yardstick" in record.message
+
+
+def test_a_reference_that_did_not_converge_names_large_predictors(caplog):
+    """The advice names the covariate columns whose size puts Stan's random inits far from the
+    data (an entry beyond LARGE_PREDICTOR), and only those: ``X[, 1]`` shifted to around 500 is
+    named with its largest entry (oracle: NumPy's max of the column), ``X[, 2]`` (standard normal)
+    is not, nor the outcome ``y`` shifted to around 1,000 (read as a variate) nor the scalars.  A
+    fit started at 0 (``init_radius=0``) is not told to start there."""
+    data = linear_data(n=100, d=2)
+    data["X"] = np.array(data["X"]) + np.array([500.0, 0.0])
+    data["y"] = np.array(data["y"]) + 1000.0
+    named = reference_module.large_predictors(LINEAR, data)
+    assert [label for label, _ in named] == ["X[, 1]"]
+    assert named[0][1] == pytest.approx(np.max(np.abs(data["X"][:, 0])))
+    with caplog.at_level(logging.WARNING, logger="stan_dp.reference"):
+        reference_fit(LINEAR, data, chains=4, draws=8, warmup=0, seed=2, backend="offline")
+    (record,) = [r for r in caplog.records if "did not converge" in r.message]
+    assert "X[, 1] (up to" in record.message and "init_radius=0" in record.message
+    assert "X[, 2]" not in record.message and " y " not in record.message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="stan_dp.reference"):
+        reference_fit(LINEAR, data, chains=4, draws=8, warmup=0, seed=2, init_radius=0, backend="offline")
+    (record,) = [r for r in caplog.records if "did not converge" in r.message]
+    assert "predictors of large size" not in record.message
