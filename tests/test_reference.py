@@ -443,3 +443,23 @@ def test_a_reference_that_did_not_converge_names_large_predictors(caplog):
         reference_fit(LINEAR, data, chains=4, draws=8, warmup=0, seed=2, init_radius=0, backend="offline")
     (record,) = [r for r in caplog.records if "did not converge" in r.message]
     assert "predictors of large size" not in record.message
+
+
+def test_large_predictors_leave_out_weights_outcomes_and_indices(tmp_path):
+    """Read from the program: a likelihood weight (``w[n]`` outside the density call), the outcome
+    and a group index are never named, however large; the covariate ``x`` is, with its largest
+    entry (oracle: NumPy's max of ``|x|``)."""
+    program = tmp_path / "weighted.stan"
+    program.write_text("""
+data { int<lower=0> N; int<lower=1> G; vector[N] x; vector[N] y; vector[N] w;
+       array[N] int<lower=1, upper=G> g; }
+parameters { real a; real b; vector[G] u; }
+model {
+  u ~ normal(0, 1);
+  for (n in 1:N) target += w[n] * normal_lpdf(y[n] | a + u[g[n]] + b * x[n], 1);
+}
+""")
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-120.0, 80.0, 30)
+    data = {"N": 30, "G": 30, "x": x, "y": 1000.0 + x, "w": np.full(30, 50.0), "g": np.arange(1, 31)}
+    assert reference_module.large_predictors(program, data) == [("x", float(np.max(np.abs(x))))]
