@@ -541,11 +541,11 @@ def large_predictors(stan_path: str | os.PathLike[str],
     Stan's 1-based ``j``) of at least three entries that
     :func:`stan_dp.stan_source.covariate_row_variables` finds read as a covariate (never as an
     outcome or as an index), other than a likelihood weight
-    (:func:`~stan_dp.stan_source.likelihood_weights`).  Advice only: where the program cannot be read (no stanc) the list is
-    empty.  Why: a Poisson regression of admissions on beds (50-400) and staff (120 +- 30), 1,500
-    rows, returned chains with R-hat 1.83 and bulk ESS 7, and the message advised centring; with
-    both centred (beds - 200, staff - 100) R-hat was 2.31, and with ``init_radius=0`` 1.008
-    uncentred and 1.013 centred (bulk ESS 597 and 430).
+    (:func:`~stan_dp.stan_source.likelihood_weights`).  Advice only: where the program cannot be
+    read (no stanc) the list is empty.  Why: a Poisson regression of admissions on beds (50-400)
+    and staff (120 +- 30), 1,500 rows, returned chains with R-hat 1.83 and bulk ESS 7, and the
+    message advised centring; with both centred (beds - 200, staff - 100) R-hat was 2.31, and with
+    ``init_radius=0`` 1.008 uncentred and 1.013 centred (bulk ESS 597 and 430).
     """
     from stan_dp.stan_source import canonical_program, covariate_row_variables, likelihood_weights
     from stan_dp.toolchain import find_toolchain

@@ -16,6 +16,7 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
+from scipy import optimize, stats
 
 from stan_dp.accounting import Release, sensitivity_factor
 from stan_dp.adaptation.far import (FAR_ROUNDS, far_multipliers, far_releases, planned_far_share,
@@ -349,63 +350,6 @@ KAPPA_OFFSET = 5.0
 """``c`` in :func:`clip_inflation`'s ``kappa = a sqrt(ln(n mu / k) - c)``."""
 KAPPA_MIN = 1.25
 """Smallest clip inflation :func:`clip_inflation` returns."""
-def scale_tail_excess(b: float) -> float:
-    """``E[(w - b)+]`` for ``w = (z^2 - 1) / sqrt(2)``, ``z ~ N(0, 1)``: the mean excess beyond a
-    whitened bound ``b`` (in units of ``1 / sqrt(n)``) of a normal likelihood's per-row score along
-    ``log sigma`` in the posterior's frame (sd ``1 / sqrt(2 n)``).
-
-    With ``c = 1 + sqrt(2) b`` and ``X = z^2 ~ chi2_1``, ``E[(X - c)+] = 2 sqrt(c) phi(sqrt(c)) +
-    (1 - c) P(X > c)`` (``E[X; X > c] = 2 sqrt(c) phi(sqrt(c)) + P(X > c)``), divided by
-    ``sqrt(2)``.  The tail is exponential: ``~ 2 e^(-c/2) / sqrt(2 pi c)``.
-    """
-    c = 1.0 + math.sqrt(2.0) * max(float(b), 0.0)
-    tail = math.erfc(math.sqrt(c / 2.0))   # P(chi2_1 > c)
-    return (2.0 * math.sqrt(c) * math.exp(-c / 2.0) / math.sqrt(2.0 * math.pi) + (1.0 - c) * tail) / math.sqrt(2.0)
-
-
-def scale_clip_inflation(rule_kappa: float, n_public: int, dim: int, noise_per_kappa: float) -> float:
-    """``kappa`` for a program whose likelihood has a scale or shape parameter sampled on the log
-    scale (``stan_dp.auto`` decides from the program, public): the larger of ``rule_kappa``
-    (:func:`clip_inflation`) and the bound that balances the scale's clipping bias against the
-    noise (public: ``n``, ``dim`` and the forecast's noise per unit of ``kappa``).
-
-    :func:`clip_inflation` balances noise against the bias of rows with sub-Gaussian tails (GLM
-    scores).  A scale's per-row scores are skewed like ``w = (z^2 - 1) / sqrt(2)`` in the
-    posterior's frame, with an exponential tail, and every clipped row pushes the same way, so the
-    root of the clipped score moves by ``sqrt(n) E[(w - b)+]`` posterior sds
-    (:func:`scale_tail_excess`; ``b`` the whitened bound times ``sqrt(n)``, the scale's one
-    coordinate at full length), while the noise is ``noise_per_kappa * kappa``
-    (:func:`~stan_dp.adaptation.forecast.forecast`'s expected error, linear in ``kappa``) with
-    ``kappa = b / sqrt(chi2_{dim, 0.9})``.  The ``b`` minimising the sum of their squares
-    (bounded search over ``[1, 20]`` times the rule's) lies near ``ln(n mu)`` rather than its square
-    root, and does not grow with ``dim``, so the raise over the rule falls with ``dim``: at 1,000
-    rows, epsilon = 4, 1.49 times at ``dim`` 2 and 1.04 at 5 (epsilon = 16: 1.38 and none).  It
-    leaves out that the L2 clip also cuts a row's scale component when its other components are
-    large.
-
-    Measured: ``y ~ normal(mu, sigma)`` on 1,000 heights (epsilon = 4, rule's ``kappa`` 1.49): the
-    root of the clipped score without noise, in the exact frame, is 1.6-2.1 posterior sds low in
-    ``log sigma`` (4 data sets) at the rule, 0.4-0.7 at this bound (1.49 times it); private fits
-    (noise seeds 1-3) 0.99, 0.85, 0.88 sds low before, 0.60, 0.47, 0.42 now.  The battery (``benchmarks/adaptation_trace.py``, 1,000
-    rows, 12 noise seeds; 9 of its 18 models have such a parameter, 108 runs changed): epsilon = 4
-    geometric mean of the worst error 0.973 (the changed runs 0.948, Wilcoxon p = 0.009; beta 0.85,
-    log-normal 0.87, Student-t 0.88, ``earnings`` 0.91, Weibull 1.14; ``mvn`` and ``radon``, at
-    ``dim`` 9 and 24, unchanged), epsilon = 16 0.986 (0.973, p = 0.02; beta 0.82); 24 user programs
-    from earlier sessions (96 runs) 1.003; no new silent run.  A factor of 1.3 on every such
-    program instead: 0.957 and 0.987, but the user programs 1.037 and ``roaches``, ``mvn`` and
-    ``radon`` 1.12-1.18 at epsilon = 16; 1.5: 1.027 at epsilon = 16 (docs/adaptation.md §3, "A
-    scale's rows raise the bound from the start").
-    """
-    from scipy import optimize, stats
-
-    rule = float(rule_kappa)
-    root = math.sqrt(float(stats.chi2.ppf(0.9, int(dim))))
-
-    def error2(b: float) -> float:
-        return n_public * scale_tail_excess(b) ** 2 + (noise_per_kappa * b / root) ** 2
-
-    best = optimize.minimize_scalar(error2, bounds=(rule * root, 20.0 * rule * root), method="bounded")
-    return max(rule, float(best.x) / root)
 
 
 def clip_inflation(settings: "AdaptationSettings", n_public: int, pld_mean: float,
@@ -455,6 +399,64 @@ def clip_inflation(settings: "AdaptationSettings", n_public: int, pld_mean: floa
     k = sensitivity_factor(relation)
     x = math.log(max(int(n_public), 1) * math.sqrt(2.0 * pld_mean) / k)
     return float(max(KAPPA_MIN, KAPPA_SLOPE * math.sqrt(max(0.0, x - KAPPA_OFFSET))))
+
+
+def scale_tail_excess(b: float) -> float:
+    """``E[(w - b)+]`` for ``w = (z^2 - 1) / sqrt(2)``, ``z ~ N(0, 1)``: the mean excess beyond a
+    whitened bound ``b`` (in units of ``1 / sqrt(n)``) of a normal likelihood's per-row score along
+    ``log sigma`` in the posterior's frame (sd ``1 / sqrt(2 n)``).
+
+    With ``c = 1 + sqrt(2) b`` and ``X = z^2 ~ chi2_1``, ``E[(X - c)+] = 2 sqrt(c) phi(sqrt(c)) +
+    (1 - c) P(X > c)`` (``E[X; X > c] = 2 sqrt(c) phi(sqrt(c)) + P(X > c)``), divided by
+    ``sqrt(2)``.  The tail is exponential: ``~ 2 e^(-c/2) / sqrt(2 pi c)``.
+    """
+    c = 1.0 + math.sqrt(2.0) * max(float(b), 0.0)
+    tail = math.erfc(math.sqrt(c / 2.0))   # P(chi2_1 > c)
+    return (2.0 * math.sqrt(c) * math.exp(-c / 2.0) / math.sqrt(2.0 * math.pi) + (1.0 - c) * tail) / math.sqrt(2.0)
+
+
+def scale_clip_inflation(rule_kappa: float, n_public: int, dim: int, noise_per_kappa: float) -> float:
+    """``kappa`` for a program whose likelihood has a scale or shape parameter sampled on the log
+    scale (``stan_dp.auto`` decides from the program, public): the larger of ``rule_kappa``
+    (:func:`clip_inflation`) and the bound that balances the scale's clipping bias against the
+    noise (public: ``n``, ``dim`` and the forecast's noise per unit of ``kappa``).
+
+    :func:`clip_inflation` balances noise against the bias of rows with sub-Gaussian tails (GLM
+    scores).  A scale's per-row scores are skewed like ``w = (z^2 - 1) / sqrt(2)`` in the
+    posterior's frame, with an exponential tail, and every clipped row pushes the same way, so the
+    root of the clipped score moves by ``sqrt(n) E[(w - b)+]`` posterior sds
+    (:func:`scale_tail_excess`; ``b`` the whitened bound times ``sqrt(n)``, the scale's one
+    coordinate at full length), while the noise is ``noise_per_kappa * kappa``
+    (:func:`~stan_dp.adaptation.forecast.forecast`'s expected error, linear in ``kappa``) with
+    ``kappa = b / sqrt(chi2_{dim, 0.9})``.  The ``b`` minimising the sum of their squares
+    (bounded search over ``[1, 20]`` times the rule's) lies near ``ln(n mu)`` rather than its square
+    root, and does not grow with ``dim``, so the raise over the rule falls with ``dim``: at 1,000
+    rows, epsilon = 4, 1.49 times at ``dim`` 2 and 1.04 at 5 (epsilon = 16: 1.38 and none).  It
+    leaves out that the L2 clip also cuts a row's scale component when its other components are
+    large.
+
+    Measured: ``y ~ normal(mu, sigma)`` on 1,000 heights (epsilon = 4, rule's ``kappa`` 1.49): the
+    root of the clipped score without noise, in the exact frame, is 1.6-2.1 posterior sds low in
+    ``log sigma`` (4 data sets) at the rule, 0.4-0.7 at this bound (1.49 times it); private fits
+    (noise seeds 1-3) 0.99, 0.85, 0.88 sds low before, 0.60, 0.47, 0.42 now.  The battery
+    (``benchmarks/adaptation_trace.py``, 1,000 rows, 12 noise seeds; 9 of its 18 models have such a
+    parameter, 108 runs changed): epsilon = 4
+    geometric mean of the worst error 0.973 (the changed runs 0.948, Wilcoxon p = 0.009; beta 0.85,
+    log-normal 0.87, Student-t 0.88, ``earnings`` 0.91, Weibull 1.14; ``mvn`` and ``radon``, at
+    ``dim`` 9 and 24, unchanged), epsilon = 16 0.986 (0.973, p = 0.02; beta 0.82); 24 user programs
+    from earlier sessions (96 runs) 1.003; no new silent run.  A factor of 1.3 on every such
+    program instead: 0.957 and 0.987, but the user programs 1.037 and ``roaches``, ``mvn`` and
+    ``radon`` 1.12-1.18 at epsilon = 16; 1.5: 1.027 at epsilon = 16 (docs/adaptation.md §3, "A
+    scale's rows raise the bound from the start").
+    """
+    rule = float(rule_kappa)
+    root = math.sqrt(float(stats.chi2.ppf(0.9, int(dim))))
+
+    def error2(b: float) -> float:
+        return n_public * scale_tail_excess(b) ** 2 + (noise_per_kappa * b / root) ** 2
+
+    best = optimize.minimize_scalar(error2, bounds=(rule * root, 20.0 * rule * root), method="bounded")
+    return max(rule, float(best.x) / root)
 
 
 BIAS_PER_CLIPPED_ROW = 0.15
