@@ -23,6 +23,7 @@ from stan_dp.adaptation import AdaptationSettings
 from stan_dp.honesty import MOVING_SDS, MOVING_WINDOW, PULL_SDS, moving_coordinates, pulled_coordinates
 from stan_dp.inference import resolve_init
 from conftest import bundled
+import densities
 from densities import NormalMeanScale
 
 
@@ -253,3 +254,58 @@ def test_a_rare_outcome_no_longer_sends_the_far_phase_past_the_mode(compiled, mo
                              settings=AdaptationSettings(far_rounds=0))
     assert off.attrs["search_settled"] and "far vote" not in off.attrs["release_summary"]
     assert abs(off.posterior["alpha"].values.mean() - mode[0]) < 3 * sd[0]
+
+
+def test_a_size_where_the_search_cannot_travel_says_so_before_the_data():
+    """Where the plan has no far phase and cannot raise the Newton rounds' bounds
+    (``plan.far_start_blind``: public, ``n``, ``dim``, epsilon), the run warns from public facts that
+    only a start near the posterior is refined: 40 rows of 12 +- 0.5 at epsilon = 16 (the battery
+    there: none of 216 searches settled, median 5 sds off).  From the default start (``sigma`` at 1)
+    this model ends 9.7-10.2 posterior sds off in ``log sigma`` (seeds 1-3; ``mu`` 1.3-72), from the
+    exact posterior mode within 1.03.  At 500 rows the far phase runs and nothing of the kind is
+    said.  Oracle: the exact posterior of the NumPy
+    density (grid), and a stand-in for the rows that raises when they are read."""
+    from stan_dp.adaptation.plan import far_start_blind
+    from stan_dp.auto import _adaptation_plan
+
+    for eps, n, blind in ((16.0, 40, True), (4.0, 100, True), (1.0, 434, True), (16.0, 100, False),
+                          (4.0, 500, False), (1.0, 1000, False)):
+        plan, pld_mean, _ = _adaptation_plan(eps, 1e-5, 1.0, AdaptationSettings(), n, 2)
+        assert far_start_blind(plan, n, pld_mean) is blind, (eps, n)
+
+    model = NormalMeanScale(np.random.default_rng(0).normal(12.0, 0.5, 40))
+    ref = model.reference()
+
+    def fit(init=None):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=1, progress=False, draws=500,
+                                 init=init)
+        return out, [str(w.message) for w in caught if issubclass(w.category, stan_dp.UtilityWarning)]
+
+    default, texts = fit()
+    blind_text = [t for t in texts if "can only refine a start already near the posterior" in t]
+    assert len(blind_text) == 1 and "init=" in blind_text[0]
+    assert blind_text[0] in default.attrs["warnings"]
+    tau = np.log(default.posterior["sigma"].values.ravel())
+    assert abs(tau.mean() - ref["tau"][0]) > 5.0 * ref["tau"][1]   # the default start is not reached
+    # the warning is made from public facts: before any row is read (a stand-in that raises
+    # DataTouched on any row access would have raised that instead)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("error", message="at this size", category=stan_dp.UtilityWarning)
+        with pytest.raises(stan_dp.UtilityWarning, match="can only refine"):
+            stan_dp.sample(densities.Untouchable(model), epsilon=16.0, delta=1e-5, seed=1,
+                           progress=False, draws=20)
+    with warnings.catch_warnings(), pytest.raises(densities.DataTouched):   # it reads them after
+        warnings.simplefilter("ignore")
+        stan_dp.sample(densities.Untouchable(model), epsilon=16.0, delta=1e-5, seed=1, progress=False,
+                       draws=20)
+    near, _ = fit(init=np.array([ref["mu"][0], ref["tau"][0]]))
+    for name, values in (("mu", near.posterior["mu"].values), ("tau", np.log(near.posterior["sigma"].values))):
+        assert abs(values.mean() - ref[name][0]) < 3.0 * ref[name][1], name
+    wide = NormalMeanScale(np.random.default_rng(0).normal(12.0, 0.5, 500))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stan_dp.sample(wide, epsilon=16.0, delta=1e-5, seed=1, progress=False, draws=20)
+    assert not [w for w in caught if "can only refine" in str(w.message)]
