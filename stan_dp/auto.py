@@ -350,7 +350,7 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "or more), so from a start far from the posterior (the default: zeros "
               "unconstrained, every scale parameter at 1) it does not arrive; in the benchmark "
               "models at 40 rows and epsilon = 16, 100 rows and epsilon = 4, or 434 rows and "
-              "epsilon = 1 no search settled and the median error was 5-15 posterior sds (about 1 "
+              "epsilon = 1 no search settled and the median error was 5-15 posterior sds (0.9-1.8 "
               "when started at the posterior mean). A data-independent init= within a few "
               "posterior sds, more rows or a larger epsilon would help"], attrs, stacklevel=4)
 
