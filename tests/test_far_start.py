@@ -263,8 +263,8 @@ def test_a_size_where_the_search_cannot_travel_says_so_before_the_data():
     there: none of 216 searches settled, median 5 sds off).  From the default start (``sigma`` at 1)
     this model ends 9.7-10.2 posterior sds off in ``log sigma`` (seeds 1-3; ``mu`` 1.3-72), from the
     exact posterior mode within 1.03.  At 500 rows the far phase runs and nothing of the kind is
-    said.  Oracle: the exact posterior of the NumPy
-    density (grid), and a stand-in for the rows that raises when they are read."""
+    said.  Oracles: the exact posterior of the NumPy density (grid), and a stand-in for the rows
+    that raises when they are read."""
     from stan_dp.adaptation.plan import far_start_blind
     from stan_dp.auto import _adaptation_plan
 
