@@ -16,12 +16,12 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize
 
 from stan_dp.accounting import Release, sensitivity_factor
 from stan_dp.adaptation.far import (FAR_ROUNDS, far_multipliers, far_releases, planned_far_share,
                                     planned_first_median_boost)
-from stan_dp.adaptation.forecast import whitened_hessian_scale
+from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.ridge import entry_threshold
 from stan_dp.adaptation.skew import SKEW_SHARE
 
@@ -465,7 +465,7 @@ def scale_clip_inflation(rule_kappa: float, n_public: int, dim: int, noise_per_k
     scale's rows raise the bound from the start").
     """
     rule = float(rule_kappa)
-    root = math.sqrt(float(stats.chi2.ppf(0.9, int(dim))))
+    root = whitened_grad_scale(n_public, int(dim)) * math.sqrt(n_public)   # sqrt(chi2_{dim, 0.9})
 
     def error2(b: float) -> float:
         return n_public * scale_tail_excess(b) ** 2 + (noise_per_kappa * b / root) ** 2
