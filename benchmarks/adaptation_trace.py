@@ -97,7 +97,7 @@ import utility  # noqa: E402
 
 import stan_dp  # noqa: E402
 from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
-from stan_dp.auto import (MCMC_ADAPTATION_SHARE, _adapt, choose_method, rounds_over_dispersed,  # noqa: E402
+from stan_dp.auto import (MCMC_ADAPTATION_SHARE, _adapt, _validated_start, choose_method, rounds_over_dispersed,  # noqa: E402
                            shape_bias, skew_correction)
 from stan_dp.density import prior_gradient  # noqa: E402
 from stan_dp.diagnostics import RHAT_MAX  # noqa: E402
@@ -225,19 +225,20 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
     """One private adaptation as ``stan_dp.sample(..., seed=seed)`` runs it, against the reference
     (``mean`` and ``cov`` of its unconstrained draws).
 
-    ``start``: where the search starts (unconstrained); default zeros, as
-    ``sample`` without ``init=``.  ``rounds``: print every Newton round
+    ``start``: where the search starts (unconstrained); default as ``sample`` without ``init=``
+    (zeros, or the prior's mode where the program's priors have one and the rows choose it).  ``rounds``: print every Newton round
     (:func:`print_rounds`).
     """
     n, d = int(model.n_rows), int(model.dim)
     method = choose_method(n, d, epsilon, delta, "replace_one")   # as sample() picks it
     share = 1.0 if method == "gaussian" else MCMC_ADAPTATION_SHARE
     trace: list[dict[str, Any]] = []
+    begin, prior_mode = _validated_start(model, None) if start is None else (start, None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         adapted = _adapt(model, epsilon=epsilon, delta=delta, share=share, seed=seed,
                          relation="replace_one", public_n=None,
-                         start=np.zeros(d) if start is None else start, settings=settings,
+                         start=begin, prior_mode=prior_mode, settings=settings,
                          trace=trace)
     result = adapted.result
     sd = np.sqrt(np.diag(cov))
@@ -250,7 +251,11 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
     signed = (centre - mean) / sd
     err = np.where(np.isfinite(signed), np.abs(signed), np.inf)
     noise_ref = np.sqrt(np.maximum(np.diag(result.noise_covariance), 0.0)) / sd
-    out = {"worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
+    choice = result.start_choice
+    out = {"start_fraction": None if choice is None else choice.fraction,
+           "start_scale_fraction": None if choice is None else choice.scale_fraction,
+           "start_scores": None if choice is None else choice.scores.tolist(),
+           "worst": float(err.max()), "coordinate": int(err.argmax()), "settled": bool(result.settled),
            "rounds": len(newton), "method": method,
            "checked": int(result.checked),
            "dispersion": float(result.dispersion) if np.isfinite(result.dispersion) else None,

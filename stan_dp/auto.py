@@ -41,7 +41,7 @@ from scipy import stats
 
 from stan_dp.accounting import Budget, Release, gaussian_epsilon, validate_privacy_params
 from stan_dp.accounting.validation import check_relation
-from stan_dp.adaptation.curvature import flat_likelihood
+from stan_dp.adaptation.curvature import flat_likelihood, log_coordinates
 from stan_dp.adaptation.forecast import (exceed_probability, forecast, pld_mean_budget,
                                         whitened_grad_scale)
 from stan_dp.adaptation.newton import private_mode
@@ -53,6 +53,7 @@ from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityWarning, emit,
                              moving_coordinates, over_dispersed, pulled_coordinates)
+from stan_dp.adaptation.prior_start import START_SHARE, prior_mode_start
 from stan_dp.inference import preceding_releases, resolve_init, validate_run_args, warn_weak_delta
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import (build_inference_data, constrain_draws, netcdf_safe_attrs, quantity_attrs,
@@ -228,12 +229,30 @@ class _Adapted(NamedTuple):
     draw_seed: Any
 
 
-def _validated_start(model: Any, init: Any) -> np.ndarray:
+def _validated_start(model: Any, init: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """The search's start and, without ``init=``, the prior's mode the rows may choose instead.
+
+    The start is ``init`` or zeros unconstrained (Stan's default initialisation centre).  Without
+    ``init=``, where the program's priors have a mode away from zeros along some location (a
+    coordinate not on Stan's log transform;
+    :func:`~stan_dp.adaptation.prior_start.prior_mode_start`, public: the program and its shared
+    data, no row), that point is returned too, for the search's start choice
+    (:func:`~stan_dp.adaptation.prior_start.choose_start`); else ``None``.  A prior's mode along
+    scales alone is not offered: at the default locations the rows would judge a scale by the
+    outcome's size (docs/adaptation.md §3, "The start").  Nor is any where the density does not say
+    which coordinates are scales (no ``log_coordinates``: a density written in Python, not a
+    program; a ``RowModel`` always says).
+    """
     start = resolve_init(model, init, 1)
     start = np.zeros(int(model.dim)) if start is None else start[0]
     if not np.isfinite(float(model.log_prior(start))):
         raise ValueError("the log prior is not finite at the starting point; pass init=")
-    return start
+    if init is not None or getattr(model, "log_coordinates", None) is None:
+        return start, None
+    mode, moved = prior_mode_start(model, start)
+    scales = log_coordinates(model, start.size)
+    locations = moved if scales is None else moved & ~scales
+    return start, (mode if locations.any() else None)
 
 
 def _release_counts(releases: list[Release]) -> Counter:
@@ -313,16 +332,23 @@ def _likelihood_scale(model: Any) -> bool:
 
 def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any, relation: str,
            public_n: int | None, start: np.ndarray, settings: AdaptationSettings,
-           trace: list | None = None) -> _Adapted:
+           trace: list | None = None, prior_mode: np.ndarray | None = None) -> _Adapted:
     """Forecast (public), then the private adaptation with ``share`` of the budget's PLD mean.
 
     Everything up to the private search touches no data; the caller has
     validated all its own arguments before calling.  ``trace``, if given,
     receives :func:`private_mode`'s per-round dicts (released values only;
-    ``benchmarks/adaptation_trace.py`` reads them).
+    ``benchmarks/adaptation_trace.py`` reads them).  ``prior_mode``, if given (public: the
+    program's priors, :func:`_validated_start`), is the other start the rows choose from, with
+    ``settings.start_share`` of the budget (``None``:
+    :data:`~stan_dp.adaptation.prior_start.START_SHARE`; 0: no choice, the default start).
     """
     if not isinstance(settings, AdaptationSettings):
         raise TypeError("settings must be an AdaptationSettings")
+    if prior_mode is None:
+        settings = settings._replace(start_share=0.0)
+    elif settings.start_share is None:
+        settings = settings._replace(start_share=START_SHARE)
     dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
     settings, budget_m, releases = _adaptation_plan(epsilon, delta, share, settings, n_public, dim)
@@ -348,7 +374,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
               "a start already near the posterior: its far phase is planned out and its clip "
               "bounds cannot be raised (the noise of their count releases is a quarter of the rows "
               "or more), so from a start far from the posterior (the default: zeros "
-              "unconstrained, every scale parameter at 1) it does not arrive; in the benchmark "
+              "unconstrained, every scale parameter at 1, or as far towards the mode of the "
+              "program's priors as the rows prefer) it does not arrive; in the benchmark "
               "models at 40 rows and epsilon = 16, 100 rows and epsilon = 4, or 434 rows and "
               "epsilon = 1 no search settled and the median error was 5-15 posterior sds (0.9-1.8 "
               "when started at the posterior mean). A data-independent init= within a few "
@@ -371,7 +398,8 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = private_mode(model, n_public=n_public, pld_mean=budget_m, relation=relation,
-                              rng_noise=stream.noise, init=start, settings=settings, trace=trace)
+                              rng_noise=stream.noise, init=start, settings=settings, trace=trace,
+                              prior_mode=prior_mode)
     if _log_transformed(model):   # the program is public: its scale's clipped rows push one way
         result = result._replace(bias_per_row=scale_bias_per_row(result.grad_clip * result.clip_adjust,
                                                                  n_public))
@@ -398,11 +426,14 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
                    "each step the same way and together beyond the reported spread): it ran out "
                    "of rounds before the mode along these, so the result is not where the "
                    "posterior is — typically it started far from the posterior (the default "
-                   "init, zeros unconstrained, puts a positive parameter at 1: a data-independent "
+                   "init, zeros unconstrained, puts a positive parameter at 1, unless the rows "
+                   "chose a point towards the mode of the program's priors: a data-independent "
                    "init= on the scale you expect can help, e.g. a scale parameter near the "
                    "spread you expect of your outcome or a log-link intercept near the log of the "
                    "outcome's level, though a guess a unit off is still many posterior sds away at "
-                   "a small budget), or the budget is small for this many rows")
+                   "a small budget, and so can priors on that scale, such as mu ~ normal(170, 20) "
+                   "for heights in cm, whose mode the rows are offered as a start), or the budget "
+                   "is small for this many rows")
         if pulled:
             walking += (f"; the released gradient still pulled it one way along {', '.join(pulled)} "
                         f"(beyond {PULL_SDS:g} noise sds the same way in each of its last "
@@ -487,6 +518,10 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         "skew_shift_sd": (float(np.max(result.skew_shift_sd)) if result.skew_shift_sd is not None
                           else 0.0),
         "gaussian_shape_ok": not float(np.max(shape, initial=0.0)) > SKEW_LIMIT,
+        "start_towards_prior_mode": ("" if result.start_choice is None
+                                     else float(result.start_choice.fraction)),
+        "start_scales_towards_prior_mode": ("" if result.start_choice is None
+                                            else float(result.start_choice.scale_fraction)),
         "forecast_error": float(fc.expected_error),
         "forecast_floor": float(fc.floor),
         "public_n": n_public if relation == "add_remove" else "",
@@ -894,9 +929,9 @@ def _gaussian(model: Any, *, epsilon: float, delta: float, chains: int, draws: i
     check_row_density(model, gradients=True, relation=relation)
     validate_run_args(epsilon=epsilon, delta=delta, iterations=draws, noise=None, chains=chains,
                       warmup=0, relation=relation, seed=seed)
-    start = _validated_start(model, init)
+    start, prior_mode = _validated_start(model, init)
     adapted = _adapt(model, epsilon=epsilon, delta=delta, share=1.0, seed=seed, relation=relation,
-                     public_n=public_n, start=start, settings=settings)
+                     public_n=public_n, start=start, settings=settings, prior_mode=prior_mode)
     result, attrs = adapted.result, adapted.attrs
     grouped = _release_counts(result.ledger.releases())
     spent = gaussian_epsilon(list(grouped), list(grouped.values()), delta)
@@ -1212,7 +1247,7 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
         iterations = int(options.pop("iterations", draws if draws != 1000 else MCMC_ITERATIONS))
     validate_run_args(epsilon=epsilon, delta=delta, iterations=iterations, noise=None, chains=chains,
                       warmup=warmup, relation=relation, seed=seed)
-    start = _validated_start(model, init)
+    start, prior_mode = _validated_start(model, init)
     d = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
     chain_m = pld_mean_budget(epsilon, delta) * (1.0 - adaptation_share)
@@ -1244,7 +1279,8 @@ def _mcmc(method: str, model: Any, *, epsilon: float, delta: float, chains: int,
         raise ValueError(method)
 
     adapted = _adapt(model, epsilon=epsilon, delta=delta, share=adaptation_share, seed=seed,
-                     relation=relation, public_n=public_n, start=start, settings=settings)
+                     relation=relation, public_n=public_n, start=start, settings=settings,
+                     prior_mode=prior_mode)
     result = adapted.result
     # The chain's clip: the rule's, times the raise the adaptation's released counts of rows beyond
     # its bound asked for (post-processing of released counts).  Its target is the

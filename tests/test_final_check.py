@@ -70,14 +70,14 @@ def test_rows_impossible_at_a_point_count_fully_against_it_and_never_give_nan():
             return np.where(y > theta[0] + 5.0, -np.inf, out)
 
     model = Bounded(np.r_[np.zeros(50), np.full(50, 10.0)])
-    rows = fc._difference_rows(model, np.array([[0.0, 0.0], [10.0, 0.0]]), np.array([10.0, 0.0]))
+    rows = fc.difference_rows(model, np.array([[0.0, 0.0], [10.0, 0.0]]), np.array([10.0, 0.0]))
     assert np.all(np.isfinite(rows))
     # candidate 0 makes the 50 rows at 10 impossible (possible at the estimate): -inf there
     assert np.all(rows[50:, 0] == -fc._IMPOSSIBLE)
     # candidate 1 is the estimate: every difference 0
     assert np.all(rows[:, 1] == 0.0)
     # impossible at the reference and possible at the candidate: +inf
-    back = fc._difference_rows(model, np.array([[10.0, 0.0]]), np.array([0.0, 0.0]))
+    back = fc.difference_rows(model, np.array([[10.0, 0.0]]), np.array([0.0, 0.0]))
     assert np.all(back[50:, 0] == fc._IMPOSSIBLE) and np.all(np.isfinite(back))
     # an impossible row weighs a full -B against the point, no more (bounded sensitivity, not a
     # veto): with 80 rows at 10 impossible at mu = 0 and 20 rows at 0 preferring it, mu = 0 loses

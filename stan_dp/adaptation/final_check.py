@@ -42,7 +42,7 @@ import numpy as np
 from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 
-__all__ = ["CHECK_NATS", "CHECK_SDS", "check_bound", "final_check"]
+__all__ = ["CHECK_NATS", "CHECK_SDS", "check_bound", "difference_rows", "final_check"]
 
 
 CHECK_NATS = 1.0
@@ -66,7 +66,7 @@ def check_bound(candidates: int) -> float:
     return CHECK_NATS * float(np.sqrt(max(int(candidates), 1)))
 
 
-def _difference_rows(density: Any, candidates: np.ndarray, reference: np.ndarray) -> np.ndarray:
+def difference_rows(density: Any, candidates: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """Per row, ``l_i(candidate_k) - l_i(reference)`` for every candidate, shape ``(n, K)``.
 
     A row impossible at a candidate (``-inf`` or NaN) differs by ``-_IMPOSSIBLE`` there; a row
@@ -115,7 +115,7 @@ def final_check(holder: Any, density: Any, candidates: Sequence[np.ndarray], est
     cands = np.array([np.asarray(c, dtype=float) for c in candidates])
     k = cands.shape[0]
     bound = check_bound(k)
-    stat = holder.row_statistic(_difference_rows, cands, np.asarray(estimate, dtype=float))
+    stat = holder.row_statistic(difference_rows, cands, np.asarray(estimate, dtype=float))
     released, _ = clipped_vector_sum(rng_noise, RowColumns(holder, stat, 0, k), bound, noise_multiplier,
                                      ledger, "final check")
     del stat

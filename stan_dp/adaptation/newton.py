@@ -122,6 +122,7 @@ from stan_dp.adaptation.plan import (NOISE_SPECTRAL_FACTOR, AdaptationSettings, 
                                      clip_inflation, clip_median_tail, noise_multipliers, planned_settings)
 from stan_dp.adaptation.pooling import (_exact_prior_mode, _final_rounds, _pooled_estimate,
                                         curvature_diagonal_sd, model_reach, trimmed_pool)
+from stan_dp.adaptation.prior_start import choose_start
 from stan_dp.adaptation.quantile import private_quantiles
 from stan_dp.adaptation.releases import Ledger, clipped_matrix_sum, clipped_vector_sum, noisy_counts
 from stan_dp.adaptation.result import TAIL_MULTIPLE, AdaptationResult
@@ -262,6 +263,7 @@ def private_mode(
     init: np.ndarray,
     settings: AdaptationSettings = AdaptationSettings(),
     trace: list | None = None,
+    prior_mode: np.ndarray | None = None,
 ) -> AdaptationResult:
     """Private mode, curvature and frame of ``density`` with PLD-mean budget ``pld_mean``.
 
@@ -283,7 +285,9 @@ def private_mode(
     init : ndarray
         Data-independent starting point (unconstrained).
     settings : AdaptationSettings
-        Tuning constants.
+        Tuning constants.  Where ``settings.start_share`` is positive, the search first lets the
+        rows choose between ``init`` and ``prior_mode`` (one release,
+        :func:`~stan_dp.adaptation.prior_start.choose_start`).
     trace : list, optional
         If given, one dict per round is appended (released quantities only).  A Newton
         round's dict carries its point, step, released eigenvalues and bounds, the frame it used
@@ -291,6 +295,9 @@ def private_mode(
         (data part plus the exact prior) with the release's noise sd (``grad``, ``grad_sd``)
         and the pool's size after it (``pooled``): enough to set each frame against a
         reference posterior (docs/adaptation.md §7, "Frames the rounds do not correct").
+    prior_mode : ndarray, optional
+        The prior's mode (:func:`~stan_dp.adaptation.prior_start.prior_mode_start`, public), the
+        other start the rows choose from; needed where ``settings.start_share`` is positive.
 
     Returns
     -------
@@ -309,6 +316,13 @@ def private_mode(
     holder = queries(density)
     bounded = logit_coordinates(density, d)   # public: read from the program
     logs = log_coordinates(density, d)   # public: read from the program (LOG_STEP_MAX)
+    start_choice = None
+    if s.start_share:
+        if prior_mode is None:
+            raise ValueError("settings.start_share is positive but no prior_mode was given")
+        scales = np.zeros(d, dtype=bool) if logs is None else logs
+        start_choice = choose_start(holder, theta, prior_mode, scales, zs["start"], rng_noise, ledger)
+        theta = start_choice.point.copy()
     far_points: list[np.ndarray] = []
     declared = group_locations(density, d)   # public: read from the program (none: as before)
     groups = group_directions(declared, d)
@@ -640,4 +654,5 @@ def private_mode(
                             turned, clipped_rows, dispersion, heterogeneity, clipped_sd,
                             np.array(pull).reshape(len(pull), d), checked, skew_shift=skew,
                             skew_shift_sd=skew_sd, least_curvature=least_curvature,
-                            upward=upward, curvature_adjust=curvature_bound.adjust)
+                            upward=upward, curvature_adjust=curvature_bound.adjust,
+                            start_choice=start_choice)

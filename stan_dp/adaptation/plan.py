@@ -357,6 +357,13 @@ class AdaptationSettings(NamedTuple):
     (:mod:`stan_dp.adaptation.final_check`: one release that lets a search that did not settle report
     the best point it evaluated instead of its last step).  ``None``: :data:`CHECK_SHARE` where
     :func:`check_planned` (the rounds are forecast blind), 0 (no check) elsewhere."""
+    start_share: float | None = None
+    """Share of the adaptation budget (PLD mean) for the start's choice
+    (:func:`~stan_dp.adaptation.prior_start.choose_start`: two releases that let the rows choose
+    the start between the default and the prior's mode, locations first, then scales).  ``None``:
+    :data:`~stan_dp.adaptation.prior_start.START_SHARE` where ``stan_dp.sample`` has a prior's mode
+    to offer (the program's priors have a mode away from zeros and no ``init=`` is given), no
+    choice elsewhere; 0: no choice (the search starts at the default start)."""
 
 
 KAPPA_SLOPE = 1.4
@@ -720,7 +727,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     release) and ``direction_share`` (``quantile_rounds`` count releases) come
     off the rounds' part too, and with ``far_rounds`` ``far_share``
     (:func:`~stan_dp.adaptation.far.far_multipliers`); ``check_share`` (the final
-    check) and ``skew_share`` (the skew check) are one release each.
+    check) and ``skew_share`` (the skew check) are one release each, ``start_share`` (the start's
+    choice) two.
     """
     s = settings
     if s.rounds is None or s.orient is None or s.hessian_share is None:   # the rest: rounds_share
@@ -741,6 +749,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
         out["check"] = 1.0 / math.sqrt(2.0 * s.check_share * pld_mean)
     if s.skew_share:
         out["skew"] = 1.0 / math.sqrt(2.0 * s.skew_share * pld_mean)
+    if s.start_share:   # two releases (the start's choice: locations, then scales)
+        out["start"] = 1.0 / math.sqrt(s.start_share * pld_mean)
     return out | {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
@@ -763,10 +773,13 @@ def rounds_share(settings: AdaptationSettings) -> float:
         shares = (*shares, s.check_share)
     if s.skew_share:
         shares = (*shares, s.skew_share)
+    if s.start_share:
+        shares = (*shares, s.start_share)
     share = 1.0 - sum(shares)
     if not (0.0 < share <= 1.0 and min(shares) > 0.0):
         raise ValueError("quantile_share (and with orient, orientation_share and direction_share; with "
-                         "far_rounds, far_share; and check_share and skew_share if any) must be positive "
+                         "far_rounds, far_share; and check_share, skew_share and start_share if any) must be "
+                         "positive "
                          "and sum to less than 1")
     return share
 
@@ -781,6 +794,7 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
            if s.far_rounds else [])
     check = [Release(z["check"], 1)] if s.check_share else []
     skew = [Release(z["skew"], 1)] if s.skew_share else []
-    return [*far, Release(z["scale"], s.quantile_rounds), *oriented,
+    start = [Release(z["start"], 2)] if s.start_share else []
+    return [*start, *far, Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds), *check, *skew]

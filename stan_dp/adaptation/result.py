@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -158,6 +158,9 @@ class AdaptationResult(NamedTuple):
     gradient bound.  :data:`BIAS_PER_CLIPPED_ROW_HIGH` (the default), or
     :func:`scale_bias_per_row` where the model's program declares a log-transformed parameter
     (set by ``stan_dp.auto``, which reads the program)."""
+    start_choice: Any = None
+    """The start's choice (:class:`~stan_dp.adaptation.prior_start.StartChoice`: between the default
+    start and the prior's mode, by one release), or ``None`` where there was none."""
 
     @property
     def posterior_sd(self) -> np.ndarray:
