@@ -593,7 +593,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "origin) or a JSON file of parameter values, which may name only "
                              "some (the rest start at zeros unconstrained; e.g. {\"sigma\": 20} "
                              "for a scale parameter on the outcome's scale). Default: zeros for "
-                             "the automatic path; random for a seed's sampler given all its knobs")
+                             "the automatic path, or a point towards the mode of the program's "
+                             "priors where they place a location away from zeros and the rows "
+                             "prefer it (1%% of the budget); random for a seed's sampler given "
+                             "all its knobs")
     sample.add_argument("--seed", type=_nonnegative_int, default=None,
                         help="fix for a reproducible (not publishable) run")
     sample.add_argument("--output", default=None, help="write the fit as netCDF (e.g. fit.nc)")
