@@ -1,21 +1,21 @@
-"""The search's default start: the prior's mode, along the coordinates where the program's priors
-have one.
+"""The search's start: the default, or a point towards the mode of the program's priors that the
+rows prefer.
 
 The mode search starts far from the posterior more often than near it, and at small budgets the
-start is the loss (docs/adaptation.md §7, "Small n across the battery").  Where the user gives no
-``init=``, the start used to be zeros unconstrained (every positive parameter at 1, Stan's default
-initialisation centre).  A program's priors often say more for free: ``tau ~ cauchy(0, 5)`` puts a
-scale near 5, ``mu ~ normal(170, 20)`` a location near 170.  The log density with no rows (prior
-and Jacobian, :meth:`stan_dp.model.RowModel.log_prior`) depends on the program and its shared data
-only — never on a row — so its mode is public and costs no budget.
+start is the loss (docs/adaptation.md §7, "Small n across the battery").  Without ``init=`` the
+start is zeros unconstrained (every positive parameter at 1, Stan's default initialisation
+centre).  A program's priors often say more: ``mu ~ normal(178, 20)`` puts heights in cm near
+178, ``alpha ~ normal(50000, 20000)`` a salary intercept near 50,000.  The log density with no rows
+(prior and Jacobian, :meth:`stan_dp.model.RowModel.log_prior`) depends on the program and its
+shared data only — never on a row — so its mode is public and costs no budget
+(:func:`prior_mode_start`).  It is taken only along the coordinates where the prior has one; a
+coordinate with none (no prior: a Jacobian alone rises without end; a centred hierarchy's ``log
+sigma_a`` runs into the funnel's neck; ``sigma ~ uniform(0, 100)`` on a ``<lower=0>`` scale peaks
+at the support's edge) keeps the default, and a flat prior's coordinate stays where it is.
 
-The mode is taken only along the coordinates where the prior has one: an interior point where
-the prior's gradient vanishes.  A coordinate along which it does not (no prior: the Jacobian
-alone, ``log sigma`` for ``real<lower=0> sigma``, rises without end; a centred hierarchy's
-``log sigma_a`` runs into the funnel's neck; ``sigma ~ uniform(0, 100)`` with only
-``<lower=0>`` peaks at the support's edge, where the gradient is not 0) keeps the default start,
-and the others are maximised again with it held.  A coordinate with a flat prior (a location with
-no prior statement) has zero gradient at the start and stays there.
+A prior's mode is still a guess, and a vague prior's a poor one, so the rows choose
+(:func:`choose_start`, two releases): how far to go towards it along the locations, then, from a
+location they took, along the scales (docs/adaptation.md §3, "The start").
 """
 
 from __future__ import annotations
