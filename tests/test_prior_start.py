@@ -11,6 +11,8 @@ neck, ``log p -> +inf`` as ``sigma -> 0`` with the elements at their location).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -18,26 +20,14 @@ from stan_dp.adaptation.prior_start import PRIOR_START_REACH, prior_mode_start
 
 
 class Prior:
-    """A density that has a prior only; its rows raise (the start must never read one)."""
+    """A density that has a prior only (its gradient by the package's central differences,
+    :func:`stan_dp.density.prior_gradient`); its rows raise (the start must never read one)."""
 
-    def __init__(self, log_prior, dim: int, with_grad: bool = False) -> None:
+    def __init__(self, log_prior, dim: int) -> None:
         self._lp, self.dim, self.n_rows = log_prior, dim, 10
-        if with_grad:
-            self.log_prior_grad = self._value_and_grad
 
     def log_prior(self, theta):
         return float(self._lp(np.asarray(theta, dtype=float)))
-
-    def _value_and_grad(self, theta):
-        theta = np.asarray(theta, dtype=float)
-        grad = np.empty(theta.size)
-        for k in range(theta.size):
-            h = 1e-7 * max(1.0, abs(theta[k]))
-            up, down = theta.copy(), theta.copy()
-            up[k] += h
-            down[k] -= h
-            grad[k] = (self._lp(up) - self._lp(down)) / (2 * h)
-        return self.log_prior(theta), grad
 
     def row_log_lik(self, theta, rows=None):
         raise AssertionError("a row was read")
@@ -59,9 +49,8 @@ def _mixed(theta: np.ndarray) -> float:
             + (2 - 1) * gam - 0.1 * np.exp(gam) + gam)
 
 
-@pytest.mark.parametrize("with_grad", [False, True])
-def test_the_start_takes_each_coordinates_prior_mode_where_it_has_one(with_grad):
-    point, moved = prior_mode_start(Prior(_mixed, 6, with_grad), np.zeros(6))
+def test_the_start_takes_each_coordinates_prior_mode_where_it_has_one():
+    point, moved = prior_mode_start(Prior(_mixed, 6), np.zeros(6))
     np.testing.assert_allclose(point[0], 170.0, atol=1e-3)
     np.testing.assert_allclose(np.exp(point[1]), 5.0, rtol=1e-4)
     np.testing.assert_allclose(np.exp(point[5]), 2.0 / 0.1, rtol=1e-4)
@@ -79,26 +68,26 @@ def test_a_funnel_keeps_the_default_start():
         return (-4 * v - 0.5 * np.sum((a - mu) ** 2) / np.exp(2 * v) + v
                 - 0.5 * (mu / 10.0) ** 2)
 
-    point, moved = prior_mode_start(Prior(funnel, 6, True), np.zeros(6))
+    point, moved = prior_mode_start(Prior(funnel, 6), np.zeros(6))
     assert not moved.any()
     np.testing.assert_array_equal(point, np.zeros(6))
     # with a proper prior on sigma the funnel's neck still wins: the log density still rises
     # without end (-3 v for J = 4 elements less the Jacobian), so v is held all the same
     point, moved = prior_mode_start(
-        Prior(lambda t: funnel(t) - np.log1p(np.exp(2 * t[5]) / 6.25), 6, True), np.zeros(6))
+        Prior(lambda t: funnel(t) - np.log1p(np.exp(2 * t[5]) / 6.25), 6), np.zeros(6))
     assert not moved[5]
 
 
 def test_a_mode_beyond_the_reach_is_held():
     point, moved = prior_mode_start(
-        Prior(lambda t: -0.5 * (t[0] - 2 * PRIOR_START_REACH) ** 2, 1, True), np.zeros(1))
+        Prior(lambda t: -0.5 * (t[0] - 2 * PRIOR_START_REACH) ** 2, 1), np.zeros(1))
     assert point[0] == 0.0 and not moved[0]
 
 
 def test_the_start_is_measured_from_a_given_default():
     """The reach and the held coordinates are relative to the default start passed in."""
     point, moved = prior_mode_start(
-        Prior(lambda t: -0.5 * (t[0] - 4.0) ** 2 + t[1], 2, True), np.array([1.0, -2.0]))
+        Prior(lambda t: -0.5 * (t[0] - 4.0) ** 2 + t[1], 2), np.array([1.0, -2.0]))
     np.testing.assert_allclose(point, [4.0, -2.0], atol=1e-6)
     assert moved.tolist() == [True, False]
 
@@ -251,29 +240,37 @@ def _assert_budget_composes(attrs: dict, epsilon: float, delta: float) -> None:
     assert composed == pytest.approx(m, rel=1e-4)
 
 
-def test_forty_heights_start_at_the_priors_mode_and_arrive(recwarn):
+def test_forty_heights_start_at_the_priors_mode_and_arrive():
     """The canonical first model at 40 rows, epsilon = 16, with the priors a user writes for
     heights in cm.  From the default start (zeros: ``mu`` = 0, ``sigma`` = 1) the search cannot
     arrive at this size (docs/adaptation.md §7, "Small n across the battery": 108-123 sds off); the
     rows choose the prior's mode and the run ends within a few sds of the exact posterior mode.
     ``start_share=0`` (no choice) is the counterfactual."""
+    model = Heights(_heights(40, seed=3))
+    errors, fits = _errors_with_and_without_the_choice(model, Heights(model.y))
+    assert fits[None].attrs["start_towards_prior_mode"] == 1.0
+    _assert_budget_composes(fits[None].attrs, 16.0, 1e-5)
+    assert errors[None] < 3.0 < 20.0 < errors[0.0]
+
+
+def _errors_with_and_without_the_choice(model, twin: "Heights") -> tuple[dict, dict]:
+    """Worst error (exact posterior sds, ``(mu, log sigma)``) of ``model``'s fit at 40 rows'
+    epsilon = 16, seed 5, with the start's choice (``start_share`` None) and without (0), against
+    ``twin``'s exact mode and sds; and the fits."""
     from stan_dp.adaptation import AdaptationSettings
     import stan_dp
 
-    model = Heights(_heights(40, seed=3))
-    mode, sd = _exact_mode_and_sd(model)
-    errors = {}
+    mode, sd = _exact_mode_and_sd(twin)
+    errors, fits = {}, {}
     for share in (None, 0.0):
-        idata = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=5, progress=False,
-                               settings=AdaptationSettings(start_share=share))
-        centre = np.array([float(idata.posterior["mu"].mean()),
-                           float(np.log(idata.posterior["sigma"]).mean())])
-        errors[share] = np.max(np.abs(centre - mode) / sd)
-        if share is None:
-            assert idata.attrs["start_towards_prior_mode"] == 1.0
-            _assert_budget_composes(idata.attrs, 16.0, 1e-5)
-            assert "start choice" in idata.attrs["release_summary"]
-    assert errors[None] < 3.0 < 20.0 < errors[0.0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", stan_dp.UtilityWarning)   # small n: said before the data
+            fits[share] = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=5, progress=False,
+                                         settings=AdaptationSettings(start_share=share))
+        posterior = fits[share].posterior
+        centre = np.array([float(posterior["mu"].mean()), float(np.log(posterior["sigma"]).mean())])
+        errors[share] = float(np.max(np.abs(centre - mode) / sd))
+    return errors, fits
 
 
 def test_a_stan_program_with_priors_for_its_data_starts_there(compiled):
@@ -283,24 +280,13 @@ def test_a_stan_program_with_priors_for_its_data_starts_there(compiled):
     ``mu`` = 178, then ``sigma`` towards 20, and the run at epsilon = 16 ends within 3 sds where
     the default start (``start_share=0``) is over 20 off."""
     from conftest import stan_test_model
-    from stan_dp.adaptation import AdaptationSettings
     import stan_dp
 
     y = _heights(40, seed=3)
     model = stan_dp.RowModel(compiled(stan_test_model("heights_priors")), {"N": y.size, "y": y})
     np.testing.assert_array_equal(model.log_coordinates, [False, True])
-    mode, sd = _exact_mode_and_sd(Heights(y))
-    errors = {}
-    for share in (None, 0.0):
-        with pytest.warns(stan_dp.UtilityWarning):   # the small-n regime is said before the data
-            idata = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=5, progress=False,
-                                   settings=AdaptationSettings(start_share=share))
-        centre = np.array([float(idata.posterior["mu"].mean()),
-                           float(np.log(idata.posterior["sigma"]).mean())])
-        errors[share] = np.max(np.abs(centre - mode) / sd)
-        if share is None:
-            assert idata.attrs["start_towards_prior_mode"] == 1.0
-            assert idata.attrs["start_scales_towards_prior_mode"] > 0.0
-        else:
-            assert idata.attrs["start_towards_prior_mode"] == ""
+    errors, fits = _errors_with_and_without_the_choice(model, Heights(y))
+    assert fits[None].attrs["start_towards_prior_mode"] == 1.0
+    assert fits[None].attrs["start_scales_towards_prior_mode"] > 0.0
+    assert fits[0.0].attrs["start_towards_prior_mode"] == ""
     assert errors[None] < 3.0 < 20.0 < errors[0.0], errors
