@@ -97,8 +97,8 @@ import utility  # noqa: E402
 
 import stan_dp  # noqa: E402
 from stan_dp.adaptation.plan import AdaptationSettings  # noqa: E402
-from stan_dp.auto import (MCMC_ADAPTATION_SHARE, _adapt, _validated_start, choose_method, rounds_over_dispersed,  # noqa: E402
-                           shape_bias, skew_correction)
+from stan_dp.auto import (MCMC_ADAPTATION_SHARE, _adapt, _validated_start, choose_method,  # noqa: E402
+                           rounds_over_dispersed, shape_bias, skew_correction)
 from stan_dp.density import prior_gradient  # noqa: E402
 from stan_dp.diagnostics import RHAT_MAX  # noqa: E402
 from stan_dp.information_floor import unconstrained_draws  # noqa: E402
@@ -226,8 +226,8 @@ def run(model: Any, mean: np.ndarray, cov: np.ndarray, epsilon: float, delta: fl
     (``mean`` and ``cov`` of its unconstrained draws).
 
     ``start``: where the search starts (unconstrained); default as ``sample`` without ``init=``
-    (zeros, or the prior's mode where the program's priors have one and the rows choose it).  ``rounds``: print every Newton round
-    (:func:`print_rounds`).
+    (zeros, or a point towards the mode of the program's priors that the rows choose).
+    ``rounds``: print every Newton round (:func:`print_rounds`).
     """
     n, d = int(model.n_rows), int(model.dim)
     method = choose_method(n, d, epsilon, delta, "replace_one")   # as sample() picks it

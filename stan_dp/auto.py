@@ -48,12 +48,12 @@ from stan_dp.adaptation.newton import private_mode
 from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, clip_inflation,
                                      far_start_blind, planned_settings, rounds_share,
                                      scale_clip_inflation)
+from stan_dp.adaptation.prior_start import START_SHARE, prior_mode_start
 from stan_dp.adaptation.result import SADDLE_LIMIT, TAIL_MULTIPLE, AdaptationResult, scale_bias_per_row
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
 from stan_dp.honesty import (DISPERSION_LEVEL, MOVING_WINDOW, PULL_SDS, UtilityWarning, emit,
                              moving_coordinates, over_dispersed, pulled_coordinates)
-from stan_dp.adaptation.prior_start import START_SHARE, prior_mode_start
 from stan_dp.inference import preceding_releases, resolve_init, validate_run_args, warn_weak_delta
 from stan_dp.mechanisms import chain_streams
 from stan_dp.output import (build_inference_data, constrain_draws, netcdf_safe_attrs, quantity_attrs,

@@ -778,9 +778,8 @@ def rounds_share(settings: AdaptationSettings) -> float:
     share = 1.0 - sum(shares)
     if not (0.0 < share <= 1.0 and min(shares) > 0.0):
         raise ValueError("quantile_share (and with orient, orientation_share and direction_share; with "
-                         "far_rounds, far_share; and check_share, skew_share and start_share if any) must be "
-                         "positive "
-                         "and sum to less than 1")
+                         "far_rounds, far_share; and check_share, skew_share and start_share if any) "
+                         "must be positive and sum to less than 1")
     return share
 
 

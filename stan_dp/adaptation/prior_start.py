@@ -146,8 +146,7 @@ def _maximised(density: Any, point: np.ndarray, free: np.ndarray,
     return optimum, free & no_mode
 
 
-def prior_mode_start(density: Any, start: np.ndarray,
-                     held: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def prior_mode_start(density: Any, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The prior's mode along the coordinates where it has one; the rest held at ``start``.
 
     Parameters
@@ -157,9 +156,6 @@ def prior_mode_start(density: Any, start: np.ndarray,
         :func:`stan_dp.density.prior_gradient`).  Only the prior is evaluated: no row is read.
     start : ndarray, shape (dim,)
         The default start (unconstrained), where the prior must be finite.
-    held : ndarray of bool, shape (dim,), optional
-        Coordinates kept at ``start`` whatever their prior says (the mode is then the one given
-        them).
 
     Returns
     -------
@@ -181,8 +177,7 @@ def prior_mode_start(density: Any, start: np.ndarray,
     dim = start.size
     point = start.copy()
     free = np.zeros(dim, dtype=bool)
-    kept = np.zeros(dim, dtype=bool) if held is None else np.asarray(held, dtype=bool)
-    for j in np.flatnonzero(~kept):
+    for j in range(dim):
         mode = _mode_alone(density, start, j)
         if mode is not None:
             free[j], point[j] = True, mode
