@@ -48,7 +48,7 @@ from stan_dp.adaptation.newton import private_mode
 from stan_dp.adaptation.plan import (AdaptationSettings, adaptation_releases, clip_inflation,
                                      far_start_blind, planned_settings, rounds_share,
                                      scale_clip_inflation)
-from stan_dp.adaptation.prior_start import START_SHARE, prior_mode_start
+from stan_dp.adaptation.prior_start import START_SHARE, moves_scales, prior_mode_start
 from stan_dp.adaptation.result import SADDLE_LIMIT, TAIL_MULTIPLE, AdaptationResult, scale_bias_per_row
 from stan_dp.adaptation.whitened import WhitenedDensity
 from stan_dp.density import check_row_density
@@ -350,8 +350,12 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
         raise TypeError("settings must be an AdaptationSettings")
     if prior_mode is None:
         settings = settings._replace(start_share=0.0)
-    elif settings.start_share is None:
-        settings = settings._replace(start_share=START_SHARE)
+    else:
+        logs = log_coordinates(model, int(model.dim))
+        scales = np.zeros(int(model.dim), dtype=bool) if logs is None else logs
+        settings = settings._replace(start_releases=1 + int(moves_scales(start, prior_mode, scales)))
+        if settings.start_share is None:
+            settings = settings._replace(start_share=START_SHARE)
     dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
     settings, budget_m, releases = _adaptation_plan(epsilon, delta, share, settings, n_public, dim)

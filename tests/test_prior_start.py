@@ -290,3 +290,20 @@ def test_a_stan_program_with_priors_for_its_data_starts_there(compiled):
     assert fits[None].attrs["start_scales_towards_prior_mode"] > 0.0
     assert fits[0.0].attrs["start_towards_prior_mode"] == ""
     assert errors[None] < 3.0 < 20.0 < errors[0.0], errors
+
+
+def test_a_prior_mode_that_moves_no_scale_costs_one_release():
+    """``mu ~ normal(178, 20)`` with ``sigma``'s prior mode at the default (1): the way along the
+    scales is empty, so only the locations' release is made (the plan counts one), and the scales'
+    fraction is 0 whatever the noise."""
+    from stan_dp.adaptation.prior_start import moves_scales
+
+    model = Heights(_heights(200))
+    ledger = Ledger("replace_one")
+    prior_mode, scales = np.array([178.0, 0.0]), np.array([False, True])
+    assert not moves_scales(np.zeros(2), prior_mode, scales)
+    out = choose_start(queries(model), np.zeros(2), prior_mode, scales, 5.0,
+                       np.random.default_rng(3), ledger)
+    assert [e.what for e in ledger.entries] == ["start choice"]
+    assert out.fraction == 1.0 and out.scale_fraction == 0.0 and np.all(np.isnan(out.scores[1]))
+    np.testing.assert_array_equal(out.point, [178.0, 0.0])

@@ -364,6 +364,10 @@ class AdaptationSettings(NamedTuple):
     :data:`~stan_dp.adaptation.prior_start.START_SHARE` where ``stan_dp.sample`` has a prior's mode
     to offer (the program's priors have a mode away from zeros and no ``init=`` is given), no
     choice elsewhere; 0: no choice (the search starts at the default start)."""
+    start_releases: int = 2
+    """The start's choice's releases, over which ``start_share`` is split evenly: 2 where the
+    prior's mode moves a scale too (locations, then scales), 1 where it moves locations only (set
+    by ``stan_dp.sample`` from the prior's mode, public)."""
 
 
 KAPPA_SLOPE = 1.4
@@ -728,7 +732,7 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
     off the rounds' part too, and with ``far_rounds`` ``far_share``
     (:func:`~stan_dp.adaptation.far.far_multipliers`); ``check_share`` (the final
     check) and ``skew_share`` (the skew check) are one release each, ``start_share`` (the start's
-    choice) two.
+    choice) ``start_releases``.
     """
     s = settings
     if s.rounds is None or s.orient is None or s.hessian_share is None:   # the rest: rounds_share
@@ -749,8 +753,8 @@ def noise_multipliers(pld_mean: float, settings: AdaptationSettings) -> dict[str
         out["check"] = 1.0 / math.sqrt(2.0 * s.check_share * pld_mean)
     if s.skew_share:
         out["skew"] = 1.0 / math.sqrt(2.0 * s.skew_share * pld_mean)
-    if s.start_share:   # two releases (the start's choice: locations, then scales)
-        out["start"] = 1.0 / math.sqrt(s.start_share * pld_mean)
+    if s.start_share:   # the start's choice: locations, then (where they move) scales
+        out["start"] = math.sqrt(s.start_releases / (2.0 * s.start_share * pld_mean))
     return out | {
         "scale": math.sqrt(s.quantile_rounds / (2.0 * m_quantile)),
         "clip": math.sqrt(s.clip_rounds / (2.0 * m_round * s.clip_share)),
@@ -793,7 +797,7 @@ def adaptation_releases(pld_mean: float, settings: AdaptationSettings, n_public:
            if s.far_rounds else [])
     check = [Release(z["check"], 1)] if s.check_share else []
     skew = [Release(z["skew"], 1)] if s.skew_share else []
-    start = [Release(z["start"], 2)] if s.start_share else []
+    start = [Release(z["start"], s.start_releases)] if s.start_share else []
     return [*start, *far, Release(z["scale"], s.quantile_rounds), *oriented,
             Release(z["clip"], s.rounds * s.clip_rounds),
             Release(z["gradient"], s.rounds), Release(z["curvature"], s.rounds), *check, *skew]

@@ -31,7 +31,7 @@ from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
 __all__ = ["PRIOR_START_GAIN", "PRIOR_START_REACH", "START_FRACTIONS", "START_SHARE", "StartChoice",
-           "choose_start", "line_choice", "prior_mode_start", "step_votes"]
+           "choose_start", "line_choice", "moves_scales", "prior_mode_start", "step_votes"]
 
 PRIOR_START_REACH = 1e6
 """How far (unconstrained units) the prior's mode may lie from the default start along a
@@ -194,8 +194,9 @@ def prior_mode_start(density: Any, start: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 START_SHARE = 0.01
-"""Share of the adaptation budget (PLD mean) for :func:`choose_start` where there is a choice, half
-for each of its two releases.  Each is one sum of each row's votes between
+"""Share of the adaptation budget (PLD mean) for :func:`choose_start` where there is a choice, split
+evenly over its releases (two where the prior's mode moves a scale too, else one; the figures
+below are for two).  Each is one sum of each row's votes between
 :data:`START_FRACTIONS`' successive points (each in ``[-1, 1]``, so a row's vector has l2 norm at
 most ``sqrt(K)``, ``K`` = 4, and sensitivity twice that under replace-one): noise sd
 ``2 sqrt(K) z = 4 z`` per step, ``z = 1 / sqrt(START_SHARE pld_mean)`` — 211 rows at epsilon = 1,
@@ -217,10 +218,12 @@ class StartChoice(NamedTuple):
     fraction: float
     """How far towards the prior's mode the locations moved (0: not at all; 1: to it)."""
     scale_fraction: float
-    """How far towards the prior's mode the scales moved (0 where the locations did not move)."""
+    """How far towards the prior's mode the scales moved (0 where the locations did not move, or
+    the prior's mode moves no scale)."""
     scores: np.ndarray
     """Per :data:`START_FRACTIONS` point of each way (locations, then scales: shape ``(2, K)``), the
-    released votes summed over the steps to it (rows)."""
+    released votes summed over the steps to it (rows); NaN for the scales where that way was not
+    offered."""
     noise_sd: float
     """Each release's noise sd per step (rows)."""
 
@@ -268,7 +271,8 @@ def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scale
                  noise_multiplier: float, rng_noise: np.random.Generator,
                  ledger: Ledger) -> StartChoice:
     """Let the rows choose the start between the default start and the prior's mode: locations
-    first, then scales (two releases, :func:`line_choice`, made either way: the plan counts them).
+    first, then scales (:func:`line_choice`; the second release is made where the prior's mode
+    moves a scale, :func:`moves_scales`, whether its choice is used or not: the plan counts it).
 
     First the way from ``default`` to it with only the locations moved (the coordinates not in
     ``scales``: every coordinate but those on Stan's log transform); then, from the point chosen,
@@ -289,9 +293,20 @@ def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scale
     scales = np.asarray(scales, dtype=bool)
     located, fraction, first = line_choice(holder, default, np.where(scales, default, prior_mode),
                                            noise_multiplier, rng_noise, ledger, "start choice")
-    scaled, scale_fraction, second = line_choice(holder, located, np.where(scales, prior_mode, located),
-                                                 noise_multiplier, rng_noise, ledger, "start choice")
-    if fraction == 0.0:   # no location taken: the scales' votes are on the outcome's size
-        scaled, scale_fraction = located, 0.0
+    scaled, scale_fraction, second = located, 0.0, np.full(len(START_FRACTIONS), np.nan)
+    if moves_scales(default, prior_mode, scales):   # public: the plan counts this release too
+        scaled, scale_fraction, second = line_choice(holder, located,
+                                                     np.where(scales, prior_mode, located),
+                                                     noise_multiplier, rng_noise, ledger,
+                                                     "start choice")
+        if fraction == 0.0:   # no location taken: the scales' votes are on the outcome's size
+            scaled, scale_fraction = located, 0.0
     return StartChoice(scaled, fraction, scale_fraction, np.vstack([first, second]),
                        float(ledger.entries[-1].noise_sd))
+
+
+def moves_scales(default: np.ndarray, prior_mode: np.ndarray, scales: np.ndarray) -> bool:
+    """Whether the prior's mode moves some scale away from the default start (public): the start's
+    choice then has its second release (``AdaptationSettings.start_releases`` = 2)."""
+    return bool(np.any(np.asarray(scales, dtype=bool)
+                       & (np.asarray(prior_mode, dtype=float) != np.asarray(default, dtype=float))))
