@@ -162,7 +162,7 @@ def sample(
         Data-independent starting point of the mode search (default: zeros,
         the centre of Stan's default initialisation range, or a point towards
         the mode of the program's priors where they place a location away from
-        zeros and the rows prefer it: two releases of 1 % of the budget,
+        zeros and the rows prefer it: one or two releases of 1 % of the budget,
         ``attrs["start_towards_prior_mode"]``; docs/adaptation.md §3, "The start").
     progress : bool
         Progress bars of the samplers.

@@ -3,8 +3,8 @@
 * :mod:`.forecast` — what a budget can buy, from public facts (the floor of issue 13);
 * :mod:`.releases` — the adaptation's Gaussian mechanisms and their ledger;
 * :mod:`.quantile` — private per-coordinate quantiles by binary search on noisy counts;
-* :mod:`.prior_start` — the start: the mode of the program's priors, offered to the rows (two
-  releases) where it places a location away from zeros;
+* :mod:`.prior_start` — the start: the mode of the program's priors, offered to the rows (one
+  or two releases) where it places a location away from zeros;
 * :mod:`.far` — the far phase: sign-led steps from a start far from the posterior;
 * :mod:`.groups` — a centred hierarchical group's direction (its elements and their location
   together), for the far phase and the first frame;

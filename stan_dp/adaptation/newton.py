@@ -286,7 +286,7 @@ def private_mode(
         Data-independent starting point (unconstrained).
     settings : AdaptationSettings
         Tuning constants.  Where ``settings.start_share`` is positive, the search first lets the
-        rows choose its start on the way from ``init`` to ``prior_mode`` (two releases,
+        rows choose its start on the way from ``init`` to ``prior_mode`` (one or two releases,
         :func:`~stan_dp.adaptation.prior_start.choose_start`).
     trace : list, optional
         If given, one dict per round is appended (released quantities only).  A Newton

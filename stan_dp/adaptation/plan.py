@@ -359,8 +359,8 @@ class AdaptationSettings(NamedTuple):
     :func:`check_planned` (the rounds are forecast blind), 0 (no check) elsewhere."""
     start_share: float | None = None
     """Share of the adaptation budget (PLD mean) for the start's choice
-    (:func:`~stan_dp.adaptation.prior_start.choose_start`: two releases that let the rows choose
-    the start between the default and the prior's mode, locations first, then scales).  ``None``:
+    (:func:`~stan_dp.adaptation.prior_start.choose_start`: one or two releases that let the rows
+    choose the start between the default and the prior's mode, locations first, then scales).  ``None``:
     :data:`~stan_dp.adaptation.prior_start.START_SHARE` where ``stan_dp.sample`` has a prior's mode
     to offer (the program's priors have a mode away from zeros and no ``init=`` is given), no
     choice elsewhere; 0: no choice (the search starts at the default start)."""

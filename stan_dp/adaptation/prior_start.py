@@ -14,8 +14,8 @@ sigma_a`` runs into the funnel's neck; ``sigma ~ uniform(0, 100)`` on a ``<lower
 at the support's edge) keeps the default, and a flat prior's coordinate stays where it is.
 
 A prior's mode is still a guess, and a vague prior's a poor one, so the rows choose
-(:func:`choose_start`, two releases): how far to go towards it along the locations, then, from a
-location they took, along the scales (docs/adaptation.md §3, "The start").
+(:func:`choose_start`, one or two releases): how far to go towards it along the locations, then,
+from a location they took, along the scales (docs/adaptation.md §3, "The start").
 """
 
 from __future__ import annotations
