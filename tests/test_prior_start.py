@@ -1,8 +1,10 @@
-"""The default start is the prior's mode along the coordinates where the prior has one.
+"""The search's start: the prior's mode along the coordinates where the prior has one, and the rows'
+choice on the way to it (locations, then scales).
 
-Checked against modes derived by hand (in the unconstrained coordinate ``u``, Jacobian included):
-a ``normal(m, s)`` location at ``m``; a half-Cauchy ``(0, c)`` scale, ``log p = -log(1 + e^{2u}/c^2)
-+ u``, at ``u = log c``; a ``gamma(a, b)`` scale, ``(a - 1) u - b e^u + u``, at ``e^u = a / b``.
+The mode is checked against modes derived by hand (in the unconstrained coordinate ``u``, Jacobian
+included): a ``normal(m, s)`` location at ``m``; a half-Cauchy ``(0, c)`` scale, ``log p = -log(1 +
+e^{2u}/c^2) + u``, at ``u = log c``; a ``gamma(a, b)`` scale, ``(a - 1) u - b e^u + u``, at
+``e^u = a / b``.
 A coordinate with no mode keeps the default start: a flat prior (zero gradient), the Jacobian alone
 (``log p = u``, rising without end), ``uniform(0, 100)`` on a ``<lower=0>`` scale (peaks at the
 support's edge, where the gradient is 1), and a centred hierarchy's ``log sigma`` (the funnel's
@@ -16,7 +18,11 @@ import warnings
 import numpy as np
 import pytest
 
-from stan_dp.adaptation.prior_start import PRIOR_START_REACH, prior_mode_start
+from densities import NormalMean, Untouchable
+from stan_dp.adaptation.prior_start import (PRIOR_START_REACH, START_FRACTIONS, choose_start,
+                                            line_choice, prior_mode_start)
+from stan_dp.adaptation.releases import Ledger
+from stan_dp.aggregates import queries
 
 
 class Prior:
@@ -92,13 +98,7 @@ def test_the_start_is_measured_from_a_given_default():
     assert moved.tolist() == [True, False]
 
 
-# ---- the rows' choice between the default start and the prior's mode (one release) ----
-
-from densities import NormalMean, Untouchable  # noqa: E402
-
-from stan_dp.adaptation.prior_start import START_FRACTIONS, choose_start, line_choice  # noqa: E402
-from stan_dp.adaptation.releases import Ledger  # noqa: E402
-from stan_dp.aggregates import queries  # noqa: E402
+# ---- the rows' choice on the way from the default start to the prior's mode ----
 
 
 def _heights(n: int = 200, seed: int = 0) -> np.ndarray:
