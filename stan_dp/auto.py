@@ -348,15 +348,14 @@ def _adapt(model: Any, *, epsilon: float, delta: float, share: float, seed: Any,
     """
     if not isinstance(settings, AdaptationSettings):
         raise TypeError("settings must be an AdaptationSettings")
+    dim = int(model.dim)
     if prior_mode is None:
         settings = settings._replace(start_share=0.0)
     else:
-        logs = log_coordinates(model, int(model.dim))
-        scales = np.zeros(int(model.dim), dtype=bool) if logs is None else logs
+        scales = log_coordinates(model, dim)
         settings = settings._replace(start_releases=1 + int(moves_scales(start, prior_mode, scales)))
         if settings.start_share is None:
             settings = settings._replace(start_share=START_SHARE)
-    dim = int(model.dim)
     n_public = int(model.n_rows) if public_n is None else int(public_n)
     settings, budget_m, releases = _adaptation_plan(epsilon, delta, share, settings, n_public, dim)
     final_share = rounds_share(settings) * (1.0 - settings.clip_share) * (1.0 - settings.hessian_share)

@@ -302,6 +302,8 @@ def test_a_prior_mode_that_moves_no_scale_costs_one_release():
     ledger = Ledger("replace_one")
     prior_mode, scales = np.array([178.0, 0.0]), np.array([False, True])
     assert not moves_scales(np.zeros(2), prior_mode, scales)
+    assert not moves_scales(np.zeros(2), np.array([178.0, 3.0]), None)   # no log coordinates
+    assert moves_scales(np.zeros(2), np.array([178.0, 3.0]), scales)
     out = choose_start(queries(model), np.zeros(2), prior_mode, scales, 5.0,
                        np.random.default_rng(3), ledger)
     assert [e.what for e in ledger.entries] == ["start choice"]

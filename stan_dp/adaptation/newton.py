@@ -320,8 +320,7 @@ def private_mode(
     if s.start_share:
         if prior_mode is None:
             raise ValueError("settings.start_share is positive but no prior_mode was given")
-        scales = np.zeros(d, dtype=bool) if logs is None else logs
-        start_choice = choose_start(holder, theta, prior_mode, scales, zs["start"], rng_noise, ledger)
+        start_choice = choose_start(holder, theta, prior_mode, logs, zs["start"], rng_noise, ledger)
         theta = start_choice.point.copy()
     far_points: list[np.ndarray] = []
     declared = group_locations(density, d)   # public: read from the program (none: as before)

@@ -267,7 +267,7 @@ def line_choice(holder: Any, here: np.ndarray, there: np.ndarray, noise_multipli
     return np.array(here, dtype=float), 0.0, scores
 
 
-def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scales: np.ndarray,
+def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scales: np.ndarray | None,
                  noise_multiplier: float, rng_noise: np.random.Generator,
                  ledger: Ledger) -> StartChoice:
     """Let the rows choose the start between the default start and the prior's mode: locations
@@ -275,8 +275,8 @@ def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scale
     moves a scale, :func:`moves_scales`, whether its choice is used or not: the plan counts it).
 
     First the way from ``default`` to it with only the locations moved (the coordinates not in
-    ``scales``: every coordinate but those on Stan's log transform); then, from the point chosen,
-    the way with the scales moved too.  The second choice is used only where the first moved:
+    ``scales``, the coordinates on Stan's log transform, ``None`` for none); then, from the point
+    chosen, the way with the scales moved too.  The second choice is used only where the first moved:
     rows judge a scale by their residuals, which at a wrong location are the outcome's own size
     (``y ~ normal(alpha + X beta, sigma)`` with ``sigma ~ exponential(0.1)`` and outcomes around 12
     at ``alpha`` = 0: they chose ``sigma`` = 10 over 1 where the residual sd is 2, and the run went
@@ -290,7 +290,7 @@ def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scale
     """
     default = np.asarray(default, dtype=float)
     prior_mode = np.asarray(prior_mode, dtype=float)
-    scales = np.asarray(scales, dtype=bool)
+    scales = _mask(scales, default.size)
     located, fraction, first = line_choice(holder, default, np.where(scales, default, prior_mode),
                                            noise_multiplier, rng_noise, ledger, "start choice")
     scaled, scale_fraction, second = located, 0.0, np.full(len(START_FRACTIONS), np.nan)
@@ -305,8 +305,14 @@ def choose_start(holder: Any, default: np.ndarray, prior_mode: np.ndarray, scale
                        float(ledger.entries[-1].noise_sd))
 
 
-def moves_scales(default: np.ndarray, prior_mode: np.ndarray, scales: np.ndarray) -> bool:
-    """Whether the prior's mode moves some scale away from the default start (public): the start's
-    choice then has its second release (``AdaptationSettings.start_releases`` = 2)."""
-    return bool(np.any(np.asarray(scales, dtype=bool)
-                       & (np.asarray(prior_mode, dtype=float) != np.asarray(default, dtype=float))))
+def moves_scales(default: np.ndarray, prior_mode: np.ndarray, scales: np.ndarray | None) -> bool:
+    """Whether the prior's mode moves some scale (``scales``: the log-transformed coordinates,
+    ``None`` for none) away from the default start (public): the start's choice then has its second
+    release (``AdaptationSettings.start_releases`` = 2)."""
+    default = np.asarray(default, dtype=float)
+    return bool(np.any(_mask(scales, default.size) & (np.asarray(prior_mode, dtype=float) != default)))
+
+
+def _mask(scales: np.ndarray | None, dim: int) -> np.ndarray:
+    """``scales`` as a boolean mask of ``dim`` coordinates (``None``: none)."""
+    return np.zeros(dim, dtype=bool) if scales is None else np.asarray(scales, dtype=bool)
