@@ -157,6 +157,7 @@ def _saddle_text(**program) -> str:
 
 MERGED, FUNNEL, DISPERSION = "a mixture whose components merged", "hierarchical funnel", "phi towards infinity"
 SHORT = "no mixture, centred hierarchical statement or dispersion"
+SHAPE = "its likelihood's profile in the shape, the last argument, is stationary at 0"
 
 
 @pytest.mark.parametrize("program, named", [
@@ -166,6 +167,7 @@ SHORT = "no mixture, centred hierarchical statement or dispersion"
     ({"writes_mixture": False, "hierarchical_locations": {"a": "mu_a"}}, {FUNNEL}),
     ({"writes_mixture": False, "families": ("neg_binomial_2_log",)}, {DISPERSION}),
     ({"writes_mixture": False, "families": ("bernoulli_logit",)}, {SHORT}),   # the multinomial logit's kind
+    ({"writes_mixture": False, "families": ("skew_normal",)}, {SHAPE}),   # session 77's incomes
 ])
 def test_the_saddle_warning_names_only_the_causes_the_program_can_have(program, named):
     """Session 66's multinomial logit and session 68's negative binomial were told of merged
@@ -173,8 +175,9 @@ def test_the_saddle_warning_names_only_the_causes_the_program_can_have(program, 
     where the program has it; a program with none is told of a non-centred funnel or a point short
     of the mode."""
     text = _saddle_text(**program)
-    for phrase in (MERGED, FUNNEL, DISPERSION, SHORT):
+    for phrase in (MERGED, FUNNEL, DISPERSION, SHORT, SHAPE):
         assert (phrase in text) is (phrase in named), (phrase, text)
+    assert ("init= of its shape with the sign you expect" in text) is (SHAPE in named)
     assert ("init= near the mode you expect" in text) is (MERGED in named)
     assert ("more rows per group" in text) is bool({FUNNEL, SHORT} & named)   # SHORT: a non-centred one
     assert ("a prior on its scale or the simpler family" in text) is (DISPERSION in named)
@@ -232,3 +235,38 @@ def test_weighted_rows_are_named_before_the_likelihood():
     advice = _tail_advice(model)
     assert "weights each row's log density by w" in advice and "capping w" in advice
     assert "capping" not in _tail_advice(_Model(("normal",)))
+
+
+def test_a_skew_normal_profile_likelihood_is_stationary_at_shape_zero_whatever_the_data():
+    """The fact the skew-normal saddle advice rests on (``STATIONARY_SHAPE_FAMILIES``): on
+    right-skewed data, whose maximum-likelihood shape is far from 0, the profile log-likelihood in
+    the shape (maximised over location and scale by scipy, an independent implementation) still has
+    a zero derivative at 0, while its derivative at the shape 1 is not small."""
+    from scipy import optimize, stats
+
+    y = 40.0 + 15.0 * np.abs(np.random.default_rng(5).normal(size=400))
+
+    def profile(alpha: float) -> float:
+        def neg(p):
+            return -stats.skewnorm.logpdf(y, alpha, loc=p[0], scale=np.exp(p[1])).sum()
+        start = [y.mean() - alpha / np.sqrt(1 + alpha**2) * np.sqrt(2 / np.pi) * y.std(), np.log(y.std())]
+        return -optimize.minimize(neg, start, method="Nelder-Mead",
+                                  options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000}).fun
+
+    h = 1e-3
+    at_zero = (profile(h) - profile(-h)) / (2 * h)
+    at_one = (profile(1 + h) - profile(1 - h)) / (2 * h)
+    assert abs(at_zero) < 0.05 * abs(at_one)
+    assert abs(at_one) > 1.0
+
+
+@pytest.mark.parametrize("families, named", [(("skew_normal",), True), (("normal",), False), (None, False)])
+def test_an_unsettled_skew_normal_is_told_to_start_its_shape_off_zero(families, named):
+    """From the default start (shape 0, the profile likelihood's stationary point) the skew-normal
+    incomes at epsilon = 4 ended unsettled without always reading a saddle; the unsettled-search
+    warning then carries the same advice as the saddle warning, and only for that family."""
+    from stan_dp.auto import _shape_hint
+
+    hint = _shape_hint(_Model(families))
+    assert ("init= of its shape with the sign you expect" in hint) is named
+    assert (hint == "") is (not named)
