@@ -1,0 +1,86 @@
+"""Private fits of Stan programs as users write them, against the non-private NUTS fit of each.
+
+The programs and their simulated data (in the data's natural units, 300-3,000 rows) are in
+``benchmarks/user_programs/``; its README says what each one is.  For every program this fits
+the non-private reference once (``stan_dp.reference_fit``, seed 1, 4 x 1,000 draws; cached as
+``<out>/<name>_ref.nc``, reused while it exists), then ``stan_dp.sample`` with no knob at each
+epsilon (delta = 1e-5) and noise seed, and prints one line per run: the worst |mean error| over
+every parameter component in reference sds, whether the private search settled, and whether the
+run raised a ``stan_dp.UtilityWarning`` (the yardstick is ``published_models.worst_error``).  The summary per epsilon is what the README's "What to
+expect" quotes: the median worst error, the share within 0.5 and 1, the runs beyond 10, and the
+quiet misses (beyond 0.5 without a warning).
+
+    python benchmarks/user_programs.py                      # all, epsilon 16 and 4, seeds 1 and 2
+    python benchmarks/user_programs.py --programs km skewn --epsilons 4 --seeds 1 2 3
+
+The references are NOT private (they read the raw rows): a yardstick for the data holder.  A
+fresh machine compiles each program twice (the private fit's library and Stan's NUTS executable),
+about a minute each.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+
+import stan_dp
+from published_models import worst_error   # this script's folder: the same yardstick, tested there
+
+PROGRAMS = Path(__file__).resolve().parent / "user_programs"
+
+
+def summary(errors: list[float], quiet: list[bool]) -> str:
+    """Median worst error, shares within 0.5 and 1, runs beyond 10 and quiet misses."""
+    e = np.asarray(errors)
+    misses = sum(q and x > 0.5 for x, q in zip(errors, quiet))
+    return (f"median {np.median(e):.2f}, within 0.5: {np.mean(e <= 0.5):.0%}, within 1: "
+            f"{np.mean(e <= 1.0):.0%}, beyond 10: {int(np.sum(e > 10))} of {e.size}, "
+            f"beyond 0.5 without a warning: {misses}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    names = sorted(p.stem for p in PROGRAMS.glob("*.stan"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--programs", nargs="+", default=names, choices=names, metavar="NAME")
+    ap.add_argument("--epsilons", nargs="+", type=float, default=[16.0, 4.0])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--out", type=Path, default=Path("user_programs_out"),
+                    help="where the NUTS references are cached (default ./user_programs_out)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[float, tuple[list[float], list[bool]]] = {e: ([], []) for e in args.epsilons}
+    print("program      eps   seed  worst   at                settled warned  time_s")
+    for name in args.programs:
+        stan, data = PROGRAMS / f"{name}.stan", json.loads((PROGRAMS / f"{name}.json").read_text())
+        cached = args.out / f"{name}_ref.nc"
+        if cached.exists():
+            ref = az.from_netcdf(cached)
+        else:
+            ref = stan_dp.reference_fit(stan, data, seed=1)
+            ref.to_netcdf(cached)
+        model = stan_dp.RowModel(stan, data)
+        for eps in args.epsilons:
+            for seed in args.seeds:
+                t0 = time.perf_counter()
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    fit = stan_dp.sample(model, epsilon=eps, delta=1e-5, seed=seed, progress=False)
+                elapsed = time.perf_counter() - t0
+                warned = any(issubclass(w.category, stan_dp.UtilityWarning) for w in caught)
+                worst, where = worst_error(fit, ref)
+                results[eps][0].append(worst)
+                results[eps][1].append(not warned)
+                print(f"{name:12s} {eps:<5g} {seed:<5d} {worst:7.2f} {where:17s} "
+                      f"{int(fit.posterior.attrs.get('search_settled', 0)):<7d} {str(warned):7s} "
+                      f"{elapsed:6.1f}", flush=True)
+    for eps, (errors, quiet) in results.items():
+        print(f"epsilon = {eps:g}: {summary(errors, quiet)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+data { int<lower=0> N; vector[N] exposure; vector[N] age; array[N] int<lower=0> y; }
+parameters { real a; real b; real<lower=0> phi; }
+model { a ~ normal(0, 5); b ~ normal(0, 1); phi ~ exponential(1); y ~ neg_binomial_2_log(log(exposure) + a + b * age, phi); }
