@@ -5,10 +5,11 @@ The programs and their simulated data (in the data's natural units, 300-3,000 ro
 the non-private reference once (``stan_dp.reference_fit``, seed 1, 4 x 1,000 draws; cached as
 ``<out>/<name>_ref.nc``, reused while it exists), then ``stan_dp.sample`` with no knob at each
 epsilon (delta = 1e-5) and noise seed, and prints one line per run: the worst |mean error| over
-every parameter component in reference sds, whether the private search settled, and whether the
-run raised a ``stan_dp.UtilityWarning`` (the yardstick is ``published_models.worst_error``).  The summary per epsilon is what the README's "What to
-expect" quotes: the median worst error, the share within 0.5 and 1, the runs beyond 10, and the
-quiet misses (beyond 0.5 without a warning).
+every parameter component in reference sds (``published_models.worst_error``, with the parameter
+it is in), whether the private search settled, and whether the run raised a
+``stan_dp.UtilityWarning``.  The summary per epsilon is what the README's "What to expect"
+quotes: the median worst error, the share within 0.5 and 1, the runs beyond 10, and the quiet
+misses (beyond 0.5 without a warning).
 
     python benchmarks/user_programs.py                      # all, epsilon 16 and 4, seeds 1 and 2
     python benchmarks/user_programs.py --programs km skewn --epsilons 4 --seeds 1 2 3
