@@ -5,6 +5,9 @@
 * :class:`LogisticRegression` — ``alpha`` scalar and ``beta[2]`` vector (output shapes).
 * :class:`VaryingIntercept` — group intercepts partially pooled (a hierarchical mean and
   scale only the prior touches); exact joint mode by Newton's method.
+* :class:`NormalRegression` — flat priors, exact posterior (multivariate t); and
+  :class:`UniformScaleRegression`, the same with ``sigma`` under ``uniform(0, upper)`` on Stan's
+  logit transform.
 * :class:`CentredInterceptsSlopes` — a varying intercept and slope with known scales:
   exactly Gaussian, both groups declared.
 * :class:`Untouchable` — wraps a density and raises if the data is touched.
@@ -369,6 +372,48 @@ class NormalRegression:
         sd_t = 0.5 * np.sqrt(special.polygamma(1, k))
         return np.append(beta, mean_t), np.append(sd_beta, sd_t)
 
+
+
+class UniformScaleRegression(NormalRegression):
+    """:class:`NormalRegression` with ``real<lower=0, upper=upper> sigma`` (a ``uniform(0, upper)``
+    prior, the BUGS idiom), on Stan's logit transform: ``sigma = upper * logistic(u)``.
+
+    The prior part is the transform's log Jacobian, ``log logistic(u) + log logistic(-u)`` (up to
+    a constant), so the posterior is :class:`NormalRegression`'s (flat in ``sigma``) restricted to
+    ``sigma < upper``: where the rows put ``sigma`` far below ``upper``, :meth:`exact` holds for
+    ``beta`` and ``log sigma``.  It declares ``bounded_coordinates`` as a compiled program with
+    that declaration does (read by the search)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, upper: float = 100.0) -> None:
+        super().__init__(x, y)
+        self.upper = float(upper)
+        self.param_names = [f"beta[{k + 1}]" for k in range(self.p)] + ["sigma"]
+        self.bounded_coordinates = np.r_[np.zeros(self.p, dtype=bool), True]
+        self.log_coordinates = np.zeros(self.dim, dtype=bool)
+
+    def _log_scale(self, theta: np.ndarray) -> np.ndarray:
+        """``theta`` with ``u`` replaced by ``log sigma``."""
+        return np.r_[theta[:-1], np.log(self.upper) - np.logaddexp(0.0, -theta[-1])]
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        return float(-np.logaddexp(0.0, -theta[-1]) - np.logaddexp(0.0, theta[-1]))
+
+    def log_prior_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        g = np.zeros(self.dim)
+        g[-1] = 1.0 - 2.0 / (1.0 + np.exp(-theta[-1]))
+        return self.log_prior(theta), g
+
+    def row_log_lik(self, theta, rows=None):
+        return super().row_log_lik(self._log_scale(theta), rows)
+
+    def row_log_lik_grad(self, theta, rows=None):
+        values, grad = super().row_log_lik_grad(self._log_scale(theta), rows)
+        grad = grad.copy()
+        grad[:, -1] /= 1.0 + np.exp(theta[-1])   # d log sigma / du = logistic(-u)
+        return values, grad
+
+    def constrain(self, theta):
+        return {"beta": np.asarray(theta[:-1]), "sigma": np.asarray(np.exp(self._log_scale(theta)[-1]))}
 
 class CentredGroups:
     """``y_i ~ N(a[g_i], 1)``, ``a_j ~ N(mu, 1)``, ``mu ~ N(0, 10^2)``: a centred varying intercept

@@ -44,7 +44,10 @@ Riedmiller and Braun 1993, on released quantities):
    :data:`LOG_STEP_MAX` e-folds.  Only a coordinate's first
    move reads the start's curvature (which is stale once the point has
    moved: above the mode of a Poisson intercept ``b`` grows like
-   ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``).
+   ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``),
+   and a first move made after the others have moved reads it shrunk by
+   how much that coordinate's median ``b_j`` has grown since the start
+   (:func:`first_move_variance`).
 4. Where a move other than a coordinate's first shrank its median ``b_j``
    more than :data:`COLLAPSE_OCTAVES` while the rows' vote still passes the
    gate the same way, the move is taken back and the coordinate stays
@@ -94,7 +97,7 @@ from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
 __all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "OVERSHOOT_OCTAVES",
-           "collapsed_moves", "far_multipliers", "far_releases", "far_phase", "fixed_sign_rows",
+           "collapsed_moves", "far_multipliers", "first_move_variance", "far_releases", "far_phase", "fixed_sign_rows",
            "holdable_coordinates", "planned_far_share",
            "planned_first_median_boost", "vote_noise_forecast"]
 
@@ -193,6 +196,34 @@ medians' resolution (1.5 octaves).  Paired over the 18-model battery (432 runs p
 changed no run at 1,000 rows, epsilon = 16, 2 at epsilon = 4 (``radon``, 28 -> 16 and 20.7 -> 20.5
 sds) and 16 at 3,000 rows, epsilon = 16 (the standardised Poisson GLM, geometric mean 0.85)
 (docs/adaptation.md §7, "Imbalanced binary outcomes")."""
+
+
+def first_move_variance(local_sd: np.ndarray, start_median: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """``a_j^2`` for a coordinate's first move (step 3 of :func:`far_phase`): the start's
+    ``local_sd^2`` times ``min(1, (b_j0 / b_j)^2)``, ``b_j0`` its released median ``|g_ij|`` at the
+    start and ``b_j`` the one where it moves (post-processing of released values).
+
+    The curvature scale ``a_j`` is measured at the start.  A coordinate whose vote passes the gate
+    only after others have moved takes its first step where that scale may be decades off: along
+    a slope of a normal regression, ``g_ij = r_i x_ij / sigma^2`` and the curvature is ``x_ij^2 /
+    sigma^2``, so where ``sigma`` fell from ``sigma_0`` to ``sigma_1`` the curvature grew by
+    ``(sigma_0 / sigma_1)^2`` and the median by ``(r_1 / r_0) (sigma_0 / sigma_1)^2``.  Its square,
+    the factor taken here, is at least the curvature's growth wherever the standardised residuals
+    ``r / sigma`` grew — as they do when a scale started far above its mode comes down (a
+    ``uniform(0, 100)`` ``sigma`` starts at 50) — so the first step is at most Newton's; too
+    short a first step costs a round or two of doubling, too long a one does not come back.
+    Where the median fell (a scale rising from below, rows saturating) the start's scale is kept.
+
+    Measured: ``d_km ~ normal(a + b * temp, sigma)`` with ``real<lower=0, upper=100> sigma`` (600
+    rows, ``temp`` centred, the posterior's ``sigma`` 0.002), whose slope first moves in the far
+    phase's last rounds with ``sigma`` by then 3 decades lower, took a first step of 24 (``b``'s
+    posterior sd is 1e-5) and ended 1.1e6 posterior sds off (epsilon = 4, seed 1); with this, 3.6,
+    and 11 (unsettled, warned) with the Newton rounds' rules that came with it
+    (docs/adaptation.md §7, "A scale far above its mode under a uniform prior").
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        shrink = np.where(median > start_median, (start_median / median) ** 2, 1.0)
+    return np.asarray(local_sd, dtype=float) ** 2 * np.where(np.isfinite(shrink), shrink, 1.0)
 
 
 def far_multipliers(pld_far: float, rounds: int, quantile_rounds: int,
@@ -477,6 +508,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         capped[theta.size:] = [bool((logs & (col != 0)).any()) for col in u.T]
     stat_args = (u,) if u.shape[1] else ()
     points = []
+    start_median = None   # the medians at the start (first_move_variance)
     for k in range(rounds):
         stat = holder.row_statistic(_abs_gradient_rows, theta, *stat_args)
         if log2_median is None:
@@ -513,7 +545,10 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
             vote = v + np.clip(np.where(np.isfinite(pg), pg, 0.0) / b, -n_public, n_public)
         significant = moving & ~held & (np.abs(vote) > gate)
         sign = np.sign(vote) * significant
-        newton = np.maximum(np.abs(vote) - 2.0 * sd, 0.0) * b * local_sd**2 / max(int(significant.sum()), 1)
+        if start_median is None:
+            start_median = b.copy()
+        newton = (np.maximum(np.abs(vote) - 2.0 * sd, 0.0) * b * first_move_variance(local_sd, start_median, b)
+                  / max(int(significant.sum()), 1))
         first = significant & (step == 0.0)
         step = np.where(first, newton, step)
         grow = significant & ~first & (sign == last)
