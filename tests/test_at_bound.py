@@ -77,12 +77,10 @@ SEEDS = range(0, 48)
 def test_draws_at_a_bound_are_named_and_not_called_mixed(rate_model, monkeypatch, steps):
     """Every fit whose draws of p all sit within 1e-4 of 0.3 says so: attrs["at_bound"] names
     p, mixed is false (the CLI then prints no intervals), and a warning says why.  Since the
-    Newton rounds cap a logit coordinate's step and keep their frame on a step-back
-    (``newton.BOUNDED_STEP_MAX``, ``newton.STEP_BACK_KEEPS_FRAME``, session 78) no search of these
-    seeds ends on the bound; with the steps of before, 4 do, and they are named."""
+    Newton rounds cap a logit coordinate's step (``newton.BOUNDED_STEP_MAX``, session 78) no
+    search of these seeds ends on the bound; with the steps of before, 4 do, and they are named."""
     if steps != "current":
         monkeypatch.setattr(newton, "BOUNDED_STEP_MAX", math.inf)
-        monkeypatch.setattr(newton, "STEP_BACK_KEEPS_FRAME", False)
     collapsed = 0
     for seed in SEEDS:
         with warnings.catch_warnings():

@@ -149,7 +149,6 @@ def test_a_predictor_far_from_zero_is_reached_along_its_ridge_and_its_error_is_c
         assert error < claimed and error < 1.0, (seed, error, claimed)
     monkeypatch.setattr(pooling, "curvature_weights", plain_curvature_weights)
     monkeypatch.setattr(far, "OVERSHOOT_OCTAVES", math.inf)   # and of before the far phase's bracket
-    monkeypatch.setattr(newton, "STEP_BACK_KEEPS_FRAME", False)   # and step-backs to the old frame
     for seed in (2, 3):   # on the paths of before the first step's trust region (with the region at 10, seed 3 ended 3.5)
         error, claimed = run(seed, first_radius=math.inf)
         assert error > 4.0 and error > 5 * claimed, (seed, error, claimed)

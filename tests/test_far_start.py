@@ -240,9 +240,6 @@ def test_a_rare_outcome_no_longer_sends_the_far_phase_past_the_mode(compiled, mo
     assert fit.attrs["search_settled"] and abs(fit.posterior["alpha"].values.mean() - mode[0]) < 3 * sd[0]
     # and the rounds as they were: back at the public bound whenever they leave the pool
     monkeypatch.setattr(newton, "_median_bound_factor", lambda median, raised, kappa: max(1.0, kappa * median))
-    # and step-backs to the old frame (newton.STEP_BACK_KEEPS_FRAME, session 78, with which this
-    # run settles 2.8 sds off)
-    monkeypatch.setattr(newton, "STEP_BACK_KEEPS_FRAME", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=1, progress=False, draws=200,

@@ -82,11 +82,9 @@ def _run(seed: int, first_radius: float, trace: list | None = None):
 
 def _without_later_rules(monkeypatch) -> None:
     """The search as the region was measured against: steps along ``b_arsenic``'s logit coordinate
-    uncapped, step-backs to the old frame (``newton.BOUNDED_STEP_MAX``,
-    ``newton.STEP_BACK_KEEPS_FRAME``, session 78, which keep these runs home without the region
-    too)."""
+    uncapped (``newton.BOUNDED_STEP_MAX``, session 78, which keeps these runs home without the
+    region too)."""
     monkeypatch.setattr(newton, "BOUNDED_STEP_MAX", math.inf)
-    monkeypatch.setattr(newton, "STEP_BACK_KEEPS_FRAME", False)
 
 
 def test_the_first_newton_step_stays_in_its_trust_region_and_did_not_before(monkeypatch):

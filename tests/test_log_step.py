@@ -118,9 +118,6 @@ def test_a_round_out_of_the_pool_keeps_the_raised_bound(compiled, monkeypatch):
         assert kept and result.settled and abs(result.mode[0] - mode) < 3 * sd
 
     monkeypatch.setattr(newton, "_median_bound_factor", lambda median, raised, kappa: max(1.0, kappa * median))
-    # and step-backs to the old frame, as then (newton.STEP_BACK_KEEPS_FRAME, session 78, brings
-    # these runs back too)
-    monkeypatch.setattr(newton, "STEP_BACK_KEEPS_FRAME", False)
     before = runs(raise_curvature_tail=False)
     assert sum(not kept for kept, _ in before) >= 3
     assert sum(abs(result.mode[0] - mode) > 10 * sd for _, result in before) >= 3

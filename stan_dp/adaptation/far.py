@@ -217,9 +217,8 @@ def first_move_variance(local_sd: np.ndarray, start_median: np.ndarray, median: 
     Measured: ``d_km ~ normal(a + b * temp, sigma)`` with ``real<lower=0, upper=100> sigma`` (600
     rows, ``temp`` centred, the posterior's ``sigma`` 0.002), whose slope first moves in the far
     phase's last rounds with ``sigma`` by then 3 decades lower, took a first step of 24 (``b``'s
-    posterior sd is 1e-5) and ended 1.1e6 posterior sds off (epsilon = 4, seed 1); with this, 3.6,
-    and 11 (unsettled, warned) with the Newton rounds' rules that came with it
-    (docs/adaptation.md §7, "A scale far above its mode under a uniform prior").
+    posterior sd is 1e-5) and ended 1.1e6 posterior sds off (epsilon = 4, seed 1); with this, 19
+    (unsettled, warned; docs/adaptation.md §7, "A scale far above its mode under a uniform prior").
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         shrink = np.where(median > start_median, (start_median / median) ** 2, 1.0)
