@@ -373,7 +373,6 @@ class NormalRegression:
         return np.append(beta, mean_t), np.append(sd_beta, sd_t)
 
 
-
 class UniformScaleRegression(NormalRegression):
     """:class:`NormalRegression` with ``real<lower=0, upper=upper> sigma`` (a ``uniform(0, upper)``
     prior, the BUGS idiom), on Stan's logit transform: ``sigma = upper * logistic(u)``.
@@ -407,13 +406,15 @@ class UniformScaleRegression(NormalRegression):
         return super().row_log_lik(self._log_scale(theta), rows)
 
     def row_log_lik_grad(self, theta, rows=None):
-        values, grad = super().row_log_lik_grad(self._log_scale(theta), rows)
+        # the parent's values call self.row_log_lik, which would transform u a second time
+        _, grad = super().row_log_lik_grad(self._log_scale(theta), rows)
         grad = grad.copy()
         grad[:, -1] /= 1.0 + np.exp(theta[-1])   # d log sigma / du = logistic(-u)
-        return values, grad
+        return self.row_log_lik(theta, rows), grad
 
     def constrain(self, theta):
         return {"beta": np.asarray(theta[:-1]), "sigma": np.asarray(np.exp(self._log_scale(theta)[-1]))}
+
 
 class CentredGroups:
     """``y_i ~ N(a[g_i], 1)``, ``a_j ~ N(mu, 1)``, ``mu ~ N(0, 10^2)``: a centred varying intercept

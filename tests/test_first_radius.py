@@ -80,7 +80,7 @@ def _run(seed: int, first_radius: float, trace: list | None = None):
                       settings=AdaptationSettings(first_radius=first_radius), trace=trace).result
 
 
-def _without_later_rules(monkeypatch) -> None:
+def _without_the_logit_cap(monkeypatch) -> None:
     """The search as the region was measured against: steps along ``b_arsenic``'s logit coordinate
     uncapped (``newton.BOUNDED_STEP_MAX``, session 78, which keeps these runs home without the
     region too)."""
@@ -97,7 +97,7 @@ def test_the_first_newton_step_stays_in_its_trust_region_and_did_not_before(monk
         return float(np.linalg.norm(np.linalg.solve(first["frame"], first["step"])))
 
     assert first_step(FIRST_RADIUS) <= FIRST_RADIUS * math.sqrt(d) * (1 + 1e-9)
-    _without_later_rules(monkeypatch)
+    _without_the_logit_cap(monkeypatch)
     assert first_step(math.inf) > 3 * FIRST_RADIUS * math.sqrt(d)   # the region binds here
 
 
@@ -108,7 +108,7 @@ def test_a_bounded_coefficient_with_a_skewed_predictor_no_longer_runs_away(monke
     # order (rounding) ran away in 3 seeds too, not all the same ones (3.1e4, 2.3e5 and 1.2e6 sds)
     mode, sd = MODEL.mode_and_sd()
     held = [_run(seed, FIRST_RADIUS) for seed in range(12)]
-    _without_later_rules(monkeypatch)
+    _without_the_logit_cap(monkeypatch)
     free = [_run(seed, math.inf) for seed in range(12)]
     worst = lambda r: float(np.max(np.abs((r.mode - mode) / sd)))   # noqa: E731
     assert sum(r.settled and worst(r) < 1.0 for r in held) >= 11 and max(worst(r) for r in held) < 5.0

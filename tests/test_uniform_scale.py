@@ -52,6 +52,20 @@ def _error(model, mean, sd, epsilon: float, seed: int) -> tuple[float, bool]:
     return float(np.max(np.abs(est - mean) / sd)), warned
 
 
+def test_the_replica_density_is_consistent():
+    """The oracle's rows: values as ``row_log_lik`` gives them, gradients as central differences
+    of the summed log-likelihood (at a point near the posterior and at the search's start)."""
+    model, mean, _ = _km()
+    for theta in (np.r_[mean[:2], mean[2] - np.log(100.0)], np.zeros(3)):
+        values, grad = model.row_log_lik_grad(theta)
+        np.testing.assert_array_equal(values, model.row_log_lik(theta))
+        for j in range(3):
+            h = np.zeros(3)
+            h[j] = 1e-6 * max(1.0, abs(theta[j]))
+            fd = (model.row_log_lik(theta + h) - model.row_log_lik(theta - h)) / (2.0 * h[j])
+            np.testing.assert_allclose(grad[:, j], fd, rtol=1e-5, atol=1e-6 * np.max(np.abs(fd)))
+
+
 def test_a_late_first_move_is_at_most_the_newton_step_where_it_is_made():
     """The exact curvature along the slope and the rows' median ``|g|`` (no noise) at the start
     (``a = b = 0``, ``sigma = 50``) and where the slope first moved (``a`` at its mode, ``sigma``
