@@ -101,12 +101,15 @@ def test_a_run_that_clipping_left_half_a_sd_off_in_sigma_warns(n, data_seed, com
     0.72 sds off; at 200 rows data set 0, seed 7, 0.64); each such run must warn.  Since the bound
     starts at ``scale_clip_inflation``'s for such a program, fewer runs miss: over noise seeds 1-12
     the mean |error| went 0.47 -> 0.31 (1,000 rows; misses 6 -> 2, seeds 8 and 10) and 0.55 ->
-    0.19 (200 rows; 9 -> 0), and over seeds 1-8 it is below 0.4 (0.48 and 0.58 before)."""
+    0.19 (200 rows; 9 -> 0), and over seeds 1-12 it is below 0.4 (0.48 and 0.58 over seeds 1-8
+    before).  Since a step-back keeps a frame its release showed ten times too wide (session 79,
+    ``newton.KEEP_FRAME_CURVATURE``) seed 8 ends 0.21 off, not 0.52, and seed 10 (0.70, warned) is
+    the miss that exercises the case; no other run of seeds 1-24 changed."""
     y = np.random.default_rng(data_seed).normal(170.0, 10.0, n)
     model = stan_dp.RowModel(compiled(stan_test_model("normal_scale")), {"N": n, "y": y})
     mean, sd = flat_prior_sigma_posterior(y)
     misses, errors = 0, []
-    for seed in range(1, 9):
+    for seed in range(1, 13):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             fit = stan_dp.sample(model, epsilon=16.0, delta=1e-5, seed=seed, draws=200, progress=False)
@@ -115,7 +118,7 @@ def test_a_run_that_clipping_left_half_a_sd_off_in_sigma_warns(n, data_seed, com
         if error > 0.5:
             misses += 1
             assert any(issubclass(w.category, stan_dp.UtilityWarning) for w in caught), (seed, error)
-    assert misses >= (1 if n == 1000 else 0)   # the case is exercised (seed 8 at 1,000 rows)
+    assert misses >= (1 if n == 1000 else 0)   # the case is exercised (seed 10 at 1,000 rows)
     assert np.mean(errors) < 0.4   # the scale's bound (scale_clip_inflation)
 
 

@@ -10,7 +10,10 @@ above its posterior.  Two parts of the search had not been made for it (docs/ada
   the start's curvature scale (``far.first_move_variance`` now shrinks it by the growth of the
   slope's released median): the run ended 10^6 posterior sds off;
 * the Newton rounds' steps along ``sigma``'s logit coordinate were tens of e-folds
-  (``newton.BOUNDED_STEP_MAX`` now caps them as a log coordinate's).
+  (``newton.BOUNDED_STEP_MAX`` now caps them as a log coordinate's);
+* a step-back restored the frame the step was made in even where the step's release had shown it
+  ten to ten thousand times too wide, and the rounds alternated to the end
+  (``newton.KEEP_FRAME_CURVATURE`` now keeps the frame that release set: session 79).
 """
 
 from __future__ import annotations
@@ -103,20 +106,28 @@ def test_the_slope_no_longer_leaves_by_a_million_sds(monkeypatch):
     assert error > 1e4 and warned
 
 
+def _trace(model, seed: int) -> list:
+    """The Newton rounds' trace of the private search at epsilon = 16 (default settings)."""
+    trace: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _adapt(model, epsilon=16.0, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
+               public_n=None, start=np.zeros(3), settings=AdaptationSettings(), trace=trace)
+    return [t for t in trace if "frame" in t]
+
+
 def test_a_newton_step_moves_the_logit_scale_by_at_most_three(monkeypatch):
     """epsilon = 16, noise seeds 1-8: no Newton round moves ``sigma``'s logit coordinate by more
     than ``BOUNDED_STEP_MAX`` (3), where uncapped the rounds stepped 5-64 along it.  Over noise
-    seeds 1-12 two runs end more than 10 posterior sds off (156 and 79 measured), four uncapped
-    (150, 81, 375 and 81); every run beyond 0.5 warns, capped or not."""
+    seeds 1-12, as the cap was measured (before a step-back kept a frame its release showed too
+    wide: ``newton.KEEP_FRAME_CURVATURE``, off here), two runs end more than 10 posterior sds off
+    (156 and 79 measured), four uncapped (150, 81, 375 and 81); every run beyond 0.5 warns, capped
+    or not."""
     model, mean, sd = _km()
+    monkeypatch.setattr(newton, "KEEP_FRAME_CURVATURE", math.inf)
 
     def largest_step(seed: int) -> float:
-        trace: list = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _adapt(model, epsilon=16.0, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
-                   public_n=None, start=np.zeros(3), settings=AdaptationSettings(), trace=trace)
-        return max(abs(float(t["step"][2])) for t in trace if "frame" in t)   # Newton rounds
+        return max(abs(float(t["step"][2])) for t in _trace(model, seed))
 
     assert max(largest_step(seed) for seed in range(1, 9)) <= newton.BOUNDED_STEP_MAX * (1 + 1e-12)
     runs = [_error(model, mean, sd, 16.0, seed) for seed in range(1, 13)]
@@ -127,3 +138,34 @@ def test_a_newton_step_moves_the_logit_scale_by_at_most_three(monkeypatch):
     before = [_error(model, mean, sd, 16.0, seed) for seed in range(1, 13)]
     assert sum(e > 10.0 for e, _ in before) >= 4
     assert all(warned for e, warned in before if e > 0.5)
+
+
+def test_a_step_back_keeps_a_frame_its_release_showed_ten_times_too_wide(monkeypatch):
+    """epsilon = 16, noise seeds 1-12.  Restoring the frame a step was made in at every step-back,
+    seed 4 alternated to its last round: a full step in a frame too wide along ``a``, ``b``, an
+    overshoot, a step-back to that frame (15 of its 30 rounds), the step's release reading a larger
+    curvature in the restored frame each time (12 to 3e4 measured), and no round was pooled; two
+    runs ended more than 10 posterior sds off (156 and 79).  Keeping the frame the step's release
+    set where that release read a curvature of ``KEEP_FRAME_CURVATURE`` (100) or more, seed 4's
+    step-backs end by round 19 and its last rounds pool (10); no run ends beyond 10 (at most 1.25
+    measured) and every run beyond 0.5 warns."""
+    model, mean, sd = _km()
+
+    def step_backs(seed: int) -> tuple[list[int], float, int]:
+        """The rounds that stepped back, the largest curvature the released step before one of
+        them read in its frame, and the rounds pooled at the end."""
+        rounds = _trace(model, seed)
+        back = [k for k, t in enumerate(rounds) if t["overshoot"] or t["collapse"]]
+        top = max((float(np.max(rounds[k - 1]["eig"])) for k in back if k), default=0.0)
+        return back, top, int(rounds[-1]["pooled"])
+
+    back, _, pooled = step_backs(4)
+    assert back and max(back) < 20 and pooled >= 2, (back, pooled)
+    runs = [_error(model, mean, sd, 16.0, seed) for seed in range(1, 13)]
+    assert max(e for e, _ in runs) < 10.0, runs
+    assert all(warned for e, warned in runs if e > 0.5)
+    monkeypatch.setattr(newton, "KEEP_FRAME_CURVATURE", math.inf)
+    back, top, pooled = step_backs(4)
+    assert len(back) >= 10 and max(back) >= 27 and top > 1e3 and pooled == 0, (back, top, pooled)
+    before = [_error(model, mean, sd, 16.0, seed) for seed in range(1, 13)]
+    assert sum(e > 10.0 for e, _ in before) >= 2
