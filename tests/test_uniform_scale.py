@@ -13,7 +13,13 @@ above its posterior.  Two parts of the search had not been made for it (docs/ada
   (``newton.BOUNDED_STEP_MAX`` now caps them as a log coordinate's);
 * a step-back restored the frame the step was made in even where the step's release had shown it
   ten to ten thousand times too wide, and the rounds alternated to the end
-  (``newton.KEEP_FRAME_CURVATURE`` now keeps the frame that release set: session 79).
+  (``newton.KEEP_FRAME_CURVATURE`` now keeps the frame that release set: session 79);
+* the far phase stepped and bracketed ``sigma``'s logit coordinate as a location's, and held it
+  far above its mode by votes taken while ``a`` was still far off (``far.scale_coordinates`` now
+  reads the logit transform too: session 80).
+
+The counterfactual halves of the tests of sessions 78 and 79 run the far phase as it was when they
+were measured (:func:`_far_phase_as_before`).
 """
 
 from __future__ import annotations
@@ -106,14 +112,52 @@ def test_the_slope_no_longer_leaves_by_a_million_sds(monkeypatch):
     assert error > 1e4 and warned
 
 
-def _trace(model, seed: int) -> list:
-    """The Newton rounds' trace of the private search at epsilon = 16 (default settings)."""
+def _full_trace(model, seed: int, epsilon: float = 16.0) -> list:
+    """The private search's trace, far rounds and Newton rounds (default settings)."""
     trace: list = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _adapt(model, epsilon=16.0, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
+        _adapt(model, epsilon=epsilon, delta=1e-5, share=1.0, seed=seed, relation="replace_one",
                public_n=None, start=np.zeros(3), settings=AdaptationSettings(), trace=trace)
-    return [t for t in trace if "frame" in t]
+    return trace
+
+
+def _trace(model, seed: int) -> list:
+    """The Newton rounds' trace of the private search at epsilon = 16 (default settings)."""
+    return [t for t in _full_trace(model, seed) if "frame" in t]
+
+
+def _far_phase_as_before(monkeypatch) -> None:
+    """The far phase before session 80: ``sigma``'s logit coordinate stepped and bracketed as a
+    location's (``far.scale_coordinates`` read the log transform only)."""
+    monkeypatch.setattr(far, "scale_coordinates", lambda density, d: far.log_coordinates(density, d))
+
+
+def test_the_far_phase_treats_a_logit_scale_as_a_scale(monkeypatch):
+    """epsilon = 4.  Bracketed as a location's, ``sigma``'s logit coordinate (mode -10.9) was
+    held by noise seed 17's far phase between -6.6 and -5.9, where votes taken while ``a`` was
+    still far off had said "up"; it ended the phase 4.4 e-folds above its mode, the Newton rounds'
+    frame measured there was 25-35 times too wide, and the run ended 34 posterior sds off
+    (measured; asserted beyond 20).  As a scale's (``far.scale_coordinates``: never bracketed, its
+    step held at ``LOG_STEP_MAX``) it ends the phase 1.4 e-folds above (asserted within 2) and the
+    run 5.2 sds off (asserted within 10).  Noise seeds 1-12: one run beyond 10 sds measured (19.7;
+    four as before: 27.6, 10.6, 12.7, 11.9), at most two asserted; every run beyond 0.5 warns."""
+    model, mean, sd = _km()
+    mode_u = mean[2] - math.log(100.0)   # sigma's logit coordinate, sigma / 100 being ~2e-5
+
+    def far_end(seed: int) -> float:
+        return float([t for t in _full_trace(model, seed, 4.0) if "frame" not in t][-1]["theta"][2])
+
+    assert abs(far_end(17) - mode_u) < 2.0
+    error, warned = _error(model, mean, sd, 4.0, 17)
+    assert error < 10.0 and warned
+    runs = [_error(model, mean, sd, 4.0, seed) for seed in range(1, 13)]
+    assert sum(e > 10.0 for e, _ in runs) <= 2, runs
+    assert all(warned for e, warned in runs if e > 0.5)
+    _far_phase_as_before(monkeypatch)
+    assert far_end(17) - mode_u > 4.0
+    error, warned = _error(model, mean, sd, 4.0, 17)
+    assert error > 20.0 and warned
 
 
 def test_a_newton_step_moves_the_logit_scale_by_at_most_three(monkeypatch):
@@ -134,6 +178,7 @@ def test_a_newton_step_moves_the_logit_scale_by_at_most_three(monkeypatch):
     assert sum(e > 10.0 for e, _ in runs) <= 2
     assert all(warned for e, warned in runs if e > 0.5)
     monkeypatch.setattr(newton, "BOUNDED_STEP_MAX", math.inf)
+    _far_phase_as_before(monkeypatch)
     assert max(largest_step(seed) for seed in range(1, 9)) > 10.0
     before = [_error(model, mean, sd, 16.0, seed) for seed in range(1, 13)]
     assert sum(e > 10.0 for e, _ in before) >= 4
@@ -165,6 +210,7 @@ def test_a_step_back_keeps_a_frame_its_release_showed_ten_times_too_wide(monkeyp
     assert max(e for e, _ in runs) < 10.0, runs
     assert all(warned for e, warned in runs if e > 0.5)
     monkeypatch.setattr(newton, "KEEP_FRAME_CURVATURE", math.inf)
+    _far_phase_as_before(monkeypatch)
     back, top, pooled = step_backs(4)
     assert len(back) >= 10 and max(back) >= 27 and top > 1e3 and pooled == 0, (back, top, pooled)
     before = [_error(model, mean, sd, 16.0, seed) for seed in range(1, 13)]

@@ -40,8 +40,9 @@ Riedmiller and Braun 1993, on released quantities):
    keeps its sign from one round to the next, halves when it flips (the
    point moves back by the halved step, and the next round neither doubles
    nor halves, as in iRprop-, which however would not move on the flip),
-   and stays while the vote is within the gate; a log-transformed coordinate's step is held at
-   :data:`LOG_STEP_MAX` e-folds.  Only a coordinate's first
+   and stays while the vote is within the gate; a scale's coordinate's step
+   (:func:`scale_coordinates`: log-transformed, or logit-transformed with bounds other than
+   ``(0, 1)`` and ``(-1, 1)``) is held at :data:`LOG_STEP_MAX` e-folds.  Only a coordinate's first
    move reads the start's curvature (which is stale once the point has
    moved: above the mode of a Poisson intercept ``b`` grows like
    ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``),
@@ -64,7 +65,8 @@ Riedmiller and Braun 1993, on released quantities):
    4b. Where a move raised a direction's median more than :data:`OVERSHOOT_OCTAVES` and
    its vote then flipped, the move overshot a mode beyond which the rows' gradients grow
    fast (an exponential's: a Poisson rate from far below); from then on the direction
-   moves at most halfway to the far end of the bracket its votes set (bisection).
+   moves at most halfway to the far end of the bracket its votes set (bisection).  Not a
+   scale's coordinate (:func:`scale_coordinates`).
 
 5. A centred hierarchical vector (``a ~ normal(mu_a, sigma_a)``, read from the program) adds
    one direction, every ``a_j`` and ``mu_a`` together
@@ -98,7 +100,7 @@ from stan_dp.density import prior_gradient
 
 __all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "OVERSHOOT_OCTAVES",
            "collapsed_moves", "far_multipliers", "first_move_variance", "far_releases", "far_phase", "fixed_sign_rows",
-           "holdable_coordinates", "planned_far_share",
+           "holdable_coordinates", "planned_far_share", "scale_coordinates",
            "planned_first_median_boost", "vote_noise_forecast"]
 
 FAR_ROUNDS = 10
@@ -151,7 +153,7 @@ one of four seeds walked 17 posterior sds away from a start at the mode, at 0.35
 GROWTH = 2.0
 """Step factor while a coordinate's vote keeps its sign (its inverse when the sign flips)."""
 LOG_STEP_MAX = 10.0
-"""Largest step of a log-transformed coordinate in one far round (e-folds).  The step itself is
+"""Largest step of a scale's coordinate (:func:`scale_coordinates`) in one far round (e-folds).  The step itself is
 held there, so a flip halves it from the cap.  A Student-t regression of spending in dollars
 (1,500 rows, epsilon = 16) has rows whose ``log sigma`` gradient is at most ``nu`` each while their
 curvature vanishes like ``sigma^2 / r^2`` at ``sigma = 1``: the first step's diagonal Newton scale
@@ -172,9 +174,10 @@ counts around 180, on beds (50-400) and staff (120 +- 30), raised the linear pre
 250 (the start's curvature, the rate's, is 180 times the mode's inverse), and ten rounds of
 halving back and forth ended it near 30, where the Newton rounds cannot move (1,500 rows,
 epsilon 16 and 4: 820-1,420 posterior sds off, warned); bracketed, 0.2-1.0.  Not along a
-log-transformed coordinate, whose step :data:`LOG_STEP_MAX` already holds (a scale below its
-mode raises its median ``r^2 / sigma^2 - 1`` as fast: bracketed too, the battery's Student-t
-regression went 1.15 times further off at epsilon 4).  docs/adaptation.md §3, "Far phase"."""
+scale's coordinate (:func:`scale_coordinates`), whose step :data:`LOG_STEP_MAX` already holds (a
+scale below its mode raises its median ``r^2 / sigma^2 - 1`` as fast: bracketed too, the
+battery's Student-t regression went 1.15 times further off at epsilon 4; and the flip of a scale's
+vote says where its mode lies given the other coordinates, which move meanwhile).  docs/adaptation.md §3, "Far phase"."""
 COLLAPSE_OCTAVES = 3.0
 """A move after which a coordinate's released median ``|g_ij|`` is more than this many octaves
 (8-fold) below the median where the move began, while the rows' own vote (without the prior)
@@ -331,6 +334,34 @@ def far_releases(pld_far: float, rounds: int, quantile_rounds: int, first_boost:
     later = [Release(z["far median"], MEDIAN_ROUNDS * (rounds - 1))] if rounds > 1 else []
     return [Release(z["far scale"], quantile_rounds), Release(z["far first median"], FIRST_MEDIAN_ROUNDS),
             *later, Release(z["far vote"], rounds)]
+
+
+def scale_coordinates(density: Any, d: int) -> np.ndarray | None:
+    """The coordinates whose far steps stop at :data:`LOG_STEP_MAX` and that step 4b of
+    :func:`far_phase` never brackets (boolean, public): those the density's program puts on Stan's
+    log transform (``log_coordinates``) or on its logit transform with bounds other than ``(0, 1)``
+    and ``(-1, 1)`` (:func:`~stan_dp.adaptation.curvature.logit_coordinates`), both read from the
+    program; ``None`` where it declares neither.
+
+    A scale declared ``real<lower=0, upper=100> sigma`` is a scale: below its mode its rows'
+    median ``|g|`` rises as fast as a log-transformed one's, so a flip of its vote after such a
+    rise does not say that a bracket holds its mode — the flip says where its mode lies *given*
+    the other coordinates, and while a location is still far off that point is far above the
+    mode.  ``d_km ~ normal(a + b * temp, sigma)`` (the replica of ``tests/test_uniform_scale.py``,
+    600 rows, epsilon = 4, noise seed 17): ``sigma``'s logit coordinate moved from -5.1 to -11.0
+    (its mode -10.9) while ``a`` was 0.6 from its mode, the vote there said "up" (``a``'s residuals
+    dwarfed ``sigma``), the coordinate was bracketed between -6.6 and -5.9 by votes taken while
+    ``a`` moved, and the phase ended it at -6.5, 80 times too wide in ``sigma``; the Newton rounds'
+    frame, measured there, was 25-35 times too wide and the run ended 34 posterior sds off.
+    Unbracketed it ended the phase at -9.5 and the run 5.2 sds off.  Over 24 noise seeds x 2 data
+    sets (docs/adaptation.md §7, "A scale far above its mode under a uniform prior") the median
+    worst error went 8.6 / 7.6 -> 3.6 / 2.7 at epsilon = 4 and 0.63 / 0.63 -> 0.43 / 0.40 at
+    epsilon = 16."""
+    log = log_coordinates(density, d)
+    logit = logit_coordinates(density, d)
+    if log is None and logit is None:
+        return None
+    return (np.zeros(d, dtype=bool) if log is None else log) | (False if logit is None else logit)
 
 
 def holdable_coordinates(density: Any, d: int) -> np.ndarray:
@@ -496,7 +527,7 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     holdable = holdable_coordinates(density, theta.size)   # public: the others are never taken back
     holdable = np.concatenate([holdable, [bool(holdable[col > 0].all()) for col in u.T]]).astype(bool)
     jointly = fixed_sign_rows(density)   # public: the program's outcome families
-    logs = log_coordinates(density, theta.size)   # public: their steps stop at LOG_STEP_MAX
+    logs = scale_coordinates(density, theta.size)   # public: their steps stop at LOG_STEP_MAX
     position = np.zeros(d)     # each direction's cumulative move
     low = np.full(d, -np.inf)  # where its vote last passed the gate up ...
     high = np.full(d, np.inf)  # ... and down: the mode along it lies between
