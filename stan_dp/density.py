@@ -43,8 +43,10 @@ class RowDensity(Protocol):
     Optional, read with ``getattr`` where present (public facts from the program, never data):
     ``log_transformed_parameters`` (names declared with a lower bound only) and
     ``bounded_coordinates`` (a boolean mask over the unconstrained coordinates on Stan's logit
-    transform, :func:`stan_dp.adaptation.curvature.logit_coordinates`) and ``log_coordinates``
-    (the same for its log transform, :func:`stan_dp.adaptation.far.holdable_coordinates`).
+    transform, :func:`stan_dp.adaptation.curvature.logit_coordinates`), ``log_coordinates``
+    (the same for its log transform, :func:`stan_dp.adaptation.far.holdable_coordinates`) and
+    ``bounded_scale_coordinates`` (those of ``bounded_coordinates`` that the program passes as a
+    sampling statement's scale, :func:`stan_dp.adaptation.far.scale_coordinates`).
     """
 
     n_rows: int

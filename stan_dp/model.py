@@ -137,6 +137,7 @@ class ZeroRowPart:
     _ordered: dict[str, str] | None = None
     _hierarchical: dict[str, "HierarchicalStatement"] | None = None
     _sampled: tuple[tuple[str, str], ...] | None = None
+    _scales: tuple[str, ...] | None = None
     _simplex: tuple[str, ...] | None = None
     _mixture: bool | None = None
     _indexed: dict[str, tuple[str, ...]] | None = None
@@ -331,6 +332,20 @@ class ZeroRowPart:
         the program or the unconstrained names are not known.
         """
         return self._coordinates_of(self.logit_transformed_parameters)
+
+    @property
+    def bounded_scale_coordinates(self) -> np.ndarray:
+        """Which of :attr:`bounded_coordinates` belong to a parameter the ``model`` block passes
+        as a sampling statement's scale (``real<lower=0, upper=100> sigma`` in ``y ~ normal(mu,
+        sigma)``; :func:`stan_dp.stan_source.scale_parameters`); boolean, shape ``(dim,)``;
+        public: the program and the compiled model's names.
+
+        The far phase of the private search steps them as scales, not as locations
+        (:func:`stan_dp.adaptation.far.scale_coordinates`).  All False where the program or the
+        unconstrained names are not known.
+        """
+        logit = set(self.logit_transformed_parameters)
+        return self._coordinates_of(tuple(name for name in (self._scales or ()) if name in logit))
 
     @property
     def interval_coordinates(self) -> np.ndarray:
@@ -564,8 +579,8 @@ class ZeroRowPart:
             from stan_dp.stan_source import (hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              indexed_vectors, ordered_parameters, sampled_variates,
-                                             simplex_parameters, standard_normal_parameters,
-                                             writes_mixture)
+                                             scale_parameters, simplex_parameters,
+                                             standard_normal_parameters, writes_mixture)
 
             log: tuple[str, ...] = ()
             logit: tuple[str, ...] = ()
@@ -574,6 +589,7 @@ class ZeroRowPart:
             hierarchical: dict[str, HierarchicalStatement] = {}
             sampled: tuple[tuple[str, str], ...] = ()
             simplex: tuple[str, ...] = ()
+            scales: tuple[str, ...] = ()
             mixture: bool | None = None
             indexed: dict[str, tuple[str, ...]] = {}
             standard: tuple[str, ...] = ()
@@ -587,11 +603,13 @@ class ZeroRowPart:
                     sampled, simplex = sampled_variates(program), simplex_parameters(program)
                     mixture = writes_mixture(program)
                     indexed, standard = indexed_vectors(program), standard_normal_parameters(program)
+                    scales = scale_parameters(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
             self._interval, self._mixture, self._indexed, self._standard = interval, mixture, indexed, standard
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
+            self._scales = scales
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

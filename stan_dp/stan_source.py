@@ -41,6 +41,7 @@ __all__ = [
     "log_transformed_parameters",
     "logit_transformed_parameters",
     "ordered_parameters",
+    "scale_parameters",
     "HierarchicalStatement",
     "hierarchical_locations",
     "hierarchical_statements",
@@ -629,6 +630,41 @@ _TARGET = re.compile(r"^target\s*\+=\s*(?P<family>\w+?)_lu?pdf\s*\(\s*(?P<x>\w+)
 LOCATION_ARGUMENT = {"normal": 0, "cauchy": 0, "double_exponential": 0, "logistic": 0, "gumbel": 0,
                      "skew_normal": 0, "student_t": 1}
 """Families whose argument at this position (after the variate) is a location parameter."""
+
+
+SCALE_ARGUMENT = {**{family: at + 1 for family, at in LOCATION_ARGUMENT.items()}, "lognormal": 1,
+                  "normal_id_glm": 3}
+"""Families whose argument at this position (after the variate) is a scale parameter: the one after
+a location family's location (:data:`LOCATION_ARGUMENT`), ``lognormal(mu, sigma)``'s second and
+``normal_id_glm(x, alpha, beta, sigma)``'s fourth."""
+
+
+def scale_parameters(program: str) -> tuple[str, ...]:
+    """The parameters the ``model`` block passes, bare, as a sampling statement's scale argument
+    (:data:`SCALE_ARGUMENT`), in program order, each once.
+
+    Reads a canonical program, never data: ``d_km ~ normal(a + b * temp, sigma)`` and
+    ``target += normal_lpdf(a_j | mu_a, tau)`` give ``sigma`` and ``tau`` where the ``parameters``
+    block declares them.  A scale written as an expression (``sqrt(sigma2)``, ``2 * s``) or a
+    transformed parameter is not listed.  What for: a scale declared with both bounds
+    (``real<lower=0, upper=100> sigma``, the BUGS idiom) is on Stan's logit transform like a
+    bounded coefficient, and the private search's far phase must tell the two apart
+    (:func:`stan_dp.adaptation.far.scale_coordinates`).
+    """
+    params = _declarations(program, "parameters")
+    blocks = program_blocks(program)
+    found: dict[str, None] = {}
+    if "model" in blocks:
+        for stmt in _statements(program, *blocks["model"]):
+            m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+            if not m or m["family"] not in SCALE_ARGUMENT:
+                continue
+            args = _split_top(m["args"])
+            at = SCALE_ARGUMENT[m["family"]]
+            name = args[at].strip() if len(args) > at else ""
+            if name in params:
+                found.setdefault(name, None)
+    return tuple(found)
 
 
 class HierarchicalStatement(NamedTuple):

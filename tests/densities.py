@@ -380,14 +380,16 @@ class UniformScaleRegression(NormalRegression):
     The prior part is the transform's log Jacobian, ``log logistic(u) + log logistic(-u)`` (up to
     a constant), so the posterior is :class:`NormalRegression`'s (flat in ``sigma``) restricted to
     ``sigma < upper``: where the rows put ``sigma`` far below ``upper``, :meth:`exact` holds for
-    ``beta`` and ``log sigma``.  It declares ``bounded_coordinates`` as a compiled program with
-    that declaration does (read by the search)."""
+    ``beta`` and ``log sigma``.  It declares ``bounded_coordinates`` and
+    ``bounded_scale_coordinates`` as a compiled program with that declaration does (read by the
+    search)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, upper: float = 100.0) -> None:
         super().__init__(x, y)
         self.upper = float(upper)
         self.param_names = [f"beta[{k + 1}]" for k in range(self.p)] + ["sigma"]
         self.bounded_coordinates = np.r_[np.zeros(self.p, dtype=bool), True]
+        self.bounded_scale_coordinates = self.bounded_coordinates.copy()   # sigma is the rows' scale
         self.log_coordinates = np.zeros(self.dim, dtype=bool)
 
     def _log_scale(self, theta: np.ndarray) -> np.ndarray:

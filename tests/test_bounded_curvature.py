@@ -21,7 +21,7 @@ import stan_dp
 from conftest import stan_test_model
 from stan_dp.adaptation.curvature import (CENTRE_RATIO, _row_neg_hessians, centred_coordinates,
                                           logit_coordinates, transform_curvature_ratio)
-from stan_dp.stan_source import logit_transformed_parameters
+from stan_dp.stan_source import logit_transformed_parameters, scale_parameters
 
 LOWER, UPPER = 0.0, 10.0
 
@@ -208,6 +208,45 @@ def test_a_probabilitys_log_odds_are_its_natural_scale_and_are_kept():
     assert logit_transformed_parameters(program, unit=True) == ("p", "rho", "q", "w", "z")
 
 
+def test_the_program_names_the_parameters_it_passes_as_a_scale():
+    """``scale_parameters`` reads the scale argument of each sampling statement of the model
+    block (bare parameters only), whatever their bounds: the BUGS idiom's ``sigma``, a group
+    scale in a ``target +=`` statement, ``lognormal``'s and ``normal_id_glm``'s; not a bounded
+    coefficient, a literal, an expression, a location or a data variable."""
+    program = """data {
+  int N;
+  vector[N] y;
+  vector[N] x;
+  matrix[N, 2] X;
+  real s_data;
+}
+parameters {
+  real<lower=-10, upper=10> a;
+  real<lower=0, upper=10> b;
+  real<lower=0, upper=100> sigma;
+  vector[3] z;
+  real<lower=0, upper=5> tau;
+  real mu;
+  real<lower=0> s_ln;
+  real<lower=0> s_glm;
+  vector[2] beta;
+  real<lower=0> s_expr;
+}
+model {
+  sigma ~ uniform(0, 100);
+  y ~ normal(a + b * x, sigma);
+  target += normal_lpdf(z | mu, tau);
+  y ~ lognormal(mu, s_ln);
+  y ~ normal_id_glm(X, a, beta, s_glm);
+  y ~ student_t(4, a, 2 * s_expr);
+  y ~ cauchy(b, s_data);
+  y ~ normal(mu, 1);
+}
+"""
+    assert scale_parameters(program) == ("sigma", "tau", "s_ln", "s_glm")
+    assert scale_parameters("data {\n  int N;\n}\n") == ()
+
+
 def test_the_program_names_the_doubly_bounded_parameters_and_the_model_their_coordinates(compiled):
     program = """parameters {
   simplex[3] w;
@@ -227,6 +266,7 @@ def test_the_program_names_the_doubly_bounded_parameters_and_the_model_their_coo
     model = stan_dp.RowModel(path, data)
     assert model.logit_transformed_parameters == ("alpha", "beta")
     np.testing.assert_array_equal(model.bounded_coordinates, [True, True, True])
+    assert not model.bounded_scale_coordinates.any()   # bounded coefficients: no scale among them
     # a program with a simplex first: its 2 unconstrained coordinates shift the others
     mixed = stan_dp.RowModel(compiled(stan_test_model("bounded_mixed")), {"N": 5, "y": np.arange(5.0)})
     np.testing.assert_array_equal(mixed.bounded_coordinates,
@@ -234,6 +274,8 @@ def test_the_program_names_the_doubly_bounded_parameters_and_the_model_their_coo
     np.testing.assert_array_equal(mixed.interval_coordinates,   # the probability p too
                                   [False, False, True, True, True, False, False, True])
     assert mixed.log_transformed_parameters == ("tau",)
+    np.testing.assert_array_equal(mixed.bounded_scale_coordinates,   # sigma, the rows' scale
+                                  [False, False, True, False, False, False, False, False])
 
 
 def test_the_search_on_a_bounded_slope_reaches_the_mode_that_it_missed_with_the_plain_rows():

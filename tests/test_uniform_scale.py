@@ -133,6 +133,25 @@ def _far_phase_as_before(monkeypatch) -> None:
     monkeypatch.setattr(far, "scale_coordinates", lambda density, d: far.log_coordinates(density, d))
 
 
+def test_only_a_bounded_scale_is_stepped_as_a_scale():
+    """``far.scale_coordinates``: the log-transformed coordinates and the logit-transformed ones
+    the program passes as a scale; a bounded coefficient (logit-transformed, not a scale) stays a
+    location, bracketed after an overshoot; ``None`` where a density declares neither."""
+    class Declared:
+        def __init__(self, **masks):
+            self.__dict__.update({k: np.array(v, dtype=bool) for k, v in masks.items()})
+
+    both = Declared(log_coordinates=[0, 0, 1, 0], bounded_coordinates=[1, 1, 0, 1],
+                    bounded_scale_coordinates=[0, 0, 0, 1])
+    np.testing.assert_array_equal(far.scale_coordinates(both, 4), [False, False, True, True])
+    coefficients = Declared(log_coordinates=[0, 0, 0], bounded_coordinates=[1, 1, 1],
+                            bounded_scale_coordinates=[0, 0, 0])
+    assert far.scale_coordinates(coefficients, 3) is None
+    assert far.scale_coordinates(object(), 3) is None   # a NumPy density declaring nothing
+    model, _, _ = _km()
+    np.testing.assert_array_equal(far.scale_coordinates(model, 3), [False, False, True])
+
+
 def test_the_far_phase_treats_a_logit_scale_as_a_scale(monkeypatch):
     """epsilon = 4.  Bracketed as a location's, ``sigma``'s logit coordinate (mode -10.9) was
     held by noise seed 17's far phase between -6.6 and -5.9, where votes taken while ``a`` was

@@ -41,8 +41,8 @@ Riedmiller and Braun 1993, on released quantities):
    point moves back by the halved step, and the next round neither doubles
    nor halves, as in iRprop-, which however would not move on the flip),
    and stays while the vote is within the gate; a scale's coordinate's step
-   (:func:`scale_coordinates`: log-transformed, or logit-transformed with bounds other than
-   ``(0, 1)`` and ``(-1, 1)``) is held at :data:`LOG_STEP_MAX` e-folds.  Only a coordinate's first
+   (:func:`scale_coordinates`: log-transformed, or logit-transformed and passed as a sampling
+   statement's scale) is held at :data:`LOG_STEP_MAX` e-folds.  Only a coordinate's first
    move reads the start's curvature (which is stale once the point has
    moved: above the mode of a Poisson intercept ``b`` grows like
    ``exp(eta)``, and steps scaled by it at every round ran to ``-9e5``),
@@ -339,9 +339,9 @@ def far_releases(pld_far: float, rounds: int, quantile_rounds: int, first_boost:
 def scale_coordinates(density: Any, d: int) -> np.ndarray | None:
     """The coordinates whose far steps stop at :data:`LOG_STEP_MAX` and that step 4b of
     :func:`far_phase` never brackets (boolean, public): those the density's program puts on Stan's
-    log transform (``log_coordinates``) or on its logit transform with bounds other than ``(0, 1)``
-    and ``(-1, 1)`` (:func:`~stan_dp.adaptation.curvature.logit_coordinates`), both read from the
-    program; ``None`` where it declares neither.
+    log transform (``log_coordinates``), and those on its logit transform that the program passes
+    as a sampling statement's scale (``bounded_scale_coordinates``, read from the program:
+    :func:`stan_dp.stan_source.scale_parameters`); ``None`` where it declares neither.
 
     A scale declared ``real<lower=0, upper=100> sigma`` is a scale: below its mode its rows'
     median ``|g|`` rises as fast as a log-transformed one's, so a flip of its vote after such a
@@ -352,16 +352,19 @@ def scale_coordinates(density: Any, d: int) -> np.ndarray | None:
     (its mode -10.9) while ``a`` was 0.6 from its mode, the vote there said "up" (``a``'s residuals
     dwarfed ``sigma``), the coordinate was bracketed between -6.6 and -5.9 by votes taken while
     ``a`` moved, and the phase ended it at -6.5, 80 times too wide in ``sigma``; the Newton rounds'
-    frame, measured there, was 25-35 times too wide and the run ended 34 posterior sds off.
+    frame, measured there, was 25-95 times too wide and the run ended 34 posterior sds off.
     Unbracketed it ended the phase at -9.5 and the run 5.2 sds off.  Over 24 noise seeds x 2 data
     sets (docs/adaptation.md §7, "A scale far above its mode under a uniform prior") the median
     worst error went 8.6 / 7.6 -> 3.6 / 2.7 at epsilon = 4 and 0.63 / 0.63 -> 0.43 / 0.40 at
-    epsilon = 16."""
+    epsilon = 16.  A bounded coefficient is not a scale: a Poisson regression of admissions on
+    beds and staff with ``real<lower=-20, upper=20> a`` and slopes in ``(-10, 10)`` (1,500 rows)
+    needs step 4b's bracket after its first move's overshoot (0.18-0.93 sds off with it, epsilon
+    16 and 4; 700-1,230 treated as scales)."""
     log = log_coordinates(density, d)
-    logit = logit_coordinates(density, d)
-    if log is None and logit is None:
+    scale = declared_mask(density, "bounded_scale_coordinates", d)
+    if log is None and (scale is None or not scale.any()):
         return None
-    return (np.zeros(d, dtype=bool) if log is None else log) | (False if logit is None else logit)
+    return (np.zeros(d, dtype=bool) if log is None else log) | (False if scale is None else scale)
 
 
 def holdable_coordinates(density: Any, d: int) -> np.ndarray:
