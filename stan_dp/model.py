@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import math
 import re
 import warnings
 from collections.abc import Iterator, Mapping
@@ -516,9 +517,10 @@ class ZeroRowPart:
         """Per centred hierarchical statement, ``(its vector's unconstrained coordinates, its
         location's, its scale's)``: ``mu_a`` and ``log(sigma_a)`` for ``a ~ normal(mu_a, sigma_a)``
         with ``real<lower=0> sigma_a`` (public: read from the program,
-        :func:`stan_dp.stan_source.hierarchical_statements`, and the compiled model's names).  The
-        scale's is given for a ``normal`` statement only (empty otherwise, or where the scale is not
-        a parameter on Stan's ``log`` transform).  The private search starts those that no row
+        :func:`stan_dp.stan_source.hierarchical_statements`, and the compiled model's names), or
+        ``logit(sigma_a / U)`` with ``real<lower=0, upper=U> sigma_a``
+        (:attr:`hierarchical_scale_uppers`).  The scale's is given for a ``normal`` statement only
+        (empty otherwise, or where the scale is not a parameter so declared).  The private search starts those that no row
         depends on at the prior's scale (:func:`stan_dp.adaptation.groups.hyperparameter_scale`).
         Empty where the names are not known, and without a vector of fewer than two elements."""
         self._bounded_parameters()
@@ -533,6 +535,20 @@ class ZeroRowPart:
                             tuple(int(j) for j in np.flatnonzero(location)),
                             tuple(int(j) for j in np.flatnonzero(scale))))
         return tuple(out)
+
+    @property
+    def hierarchical_scale_uppers(self) -> dict[int, float]:
+        """``{coordinate: U}`` for each scale of :attr:`hierarchical_hyperparameters` declared
+        ``real<lower=0, upper=U>``, whose unconstrained coordinate is ``logit(sigma / U)`` (the
+        others are ``log(sigma)``); public: read from the program.  Empty where none is, or the
+        names are not known."""
+        self._bounded_parameters()
+        out: dict[int, float] = {}
+        for stmt in (self._hierarchical or {}).values():
+            if stmt.scale and stmt.family == "normal" and math.isfinite(stmt.upper):
+                for j in np.flatnonzero(self._coordinates_of((stmt.scale,))):
+                    out[int(j)] = float(stmt.upper)
+        return out
 
     @property
     def unconstrained_names(self) -> list[str] | None:

@@ -27,6 +27,7 @@ refuse a model on its own.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
@@ -674,9 +675,12 @@ class HierarchicalStatement(NamedTuple):
     """Its location parameter (``mu_a`` in ``a ~ normal(mu_a, sigma_a)``)."""
     scale: str
     """Its scale parameter where the argument after the location is a scalar ``real`` parameter
-    with the lower bound 0 and no upper bound (Stan's ``log`` transform), else ``""``."""
+    with the lower bound 0 and either no upper bound (Stan's ``log`` transform) or a numeric one
+    (its ``logit`` transform: the BUGS idiom ``real<lower=0, upper=100> sigma_a``), else ``""``."""
     family: str
     """The sampling statement's family (``"normal"``)."""
+    upper: float = math.inf
+    """The scale's upper bound (``inf``: none, the ``log`` transform)."""
 
 
 def hierarchical_locations(program: str) -> dict[str, str]:
@@ -699,10 +703,11 @@ def hierarchical_statements(program: str) -> dict[str, HierarchicalStatement]:
     """:func:`hierarchical_locations`' statements with their scale parameter and family.
 
     ``{"a": HierarchicalStatement("mu_a", "sigma_a", "normal")}`` for ``real<lower=0> sigma_a;``
-    and ``a ~ normal(mu_a, sigma_a)``.  The scale is ``""`` where the argument after the location
-    is not a scalar ``real`` parameter whose unconstrained coordinate is ``log(sigma_a)`` (lower
-    bound 0, no upper bound): a literal, an expression, or another transform.  Reads the program,
-    never data.
+    and ``a ~ normal(mu_a, sigma_a)``; with ``real<lower=0, upper=100> sigma_a`` its ``upper`` is
+    100 (the unconstrained coordinate is then ``logit(sigma_a / 100)``).  The scale is ``""`` where
+    the argument after the location is not a scalar ``real`` parameter with the lower bound 0 and
+    no upper bound or a positive numeric one: a literal, an expression, or another transform.
+    Reads the program, never data.
     """
     params = _declarations(program, "parameters")
 
@@ -715,12 +720,21 @@ def hierarchical_statements(program: str) -> dict[str, HierarchicalStatement]:
         decl = params.get(name, (None,))[0]
         return decl is not None and not decl.constraint.strip() and decl.rank == 0 and decl.base == "real"
 
-    def log_scale(name: str) -> bool:
+    def scale_upper(name: str) -> float | None:
+        """The upper bound of a scalar scale with lower bound 0 (inf: none), or None."""
         decl = params.get(name, (None,))[0]
         if decl is None or decl.rank != 0 or decl.base != "real":
-            return False
+            return None
         bounds = _bound_expressions(decl.constraint)
-        return "upper" not in bounds and bounds.get("lower", "").strip() in ("0", "0.0")
+        if bounds.get("lower", "").strip() not in ("0", "0.0"):
+            return None
+        if "upper" not in bounds:
+            return math.inf
+        try:
+            upper = float(bounds["upper"])
+        except ValueError:   # an expression or a data variable: not read
+            return None
+        return upper if 0.0 < upper < math.inf else None
 
     blocks = program_blocks(program)
     found: dict[str, HierarchicalStatement] = {}
@@ -734,8 +748,10 @@ def hierarchical_statements(program: str) -> dict[str, HierarchicalStatement]:
             location = args[at] if len(args) > at else ""
             scale = args[at + 1].strip() if len(args) > at + 1 else ""
             if vector(m["x"]) and scalar(location) and location != m["x"]:
-                scale = scale if log_scale(scale) and scale not in (m["x"], location) else ""
-                found.setdefault(m["x"], HierarchicalStatement(location, scale, m["family"]))
+                upper = scale_upper(scale) if scale not in (m["x"], location) else None
+                scale = scale if upper is not None else ""
+                found.setdefault(m["x"], HierarchicalStatement(location, scale, m["family"],
+                                                               math.inf if upper is None else upper))
     return found
 
 

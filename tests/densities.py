@@ -310,6 +310,103 @@ class VaryingIntercept:
         return th, np.linalg.inv(h)
 
 
+class BoundedVaryingIntercept:
+    """``y_i ~ N(a[g_i], sigma)``, ``a_j ~ N(mu, tau)``, ``mu ~ N(0, 100)``, with ``tau`` and
+    ``sigma`` declared ``real<lower=0, upper=100>`` (flat between: Gelman and Hill's BUGS radon
+    model).
+
+    Unconstrained ``theta = (mu, logit(tau / 100), a_1..a_J, logit(sigma / 100))``; the log prior
+    includes the transforms' log Jacobians ``log(tau / 100) + log(1 - tau / 100)`` (up to a
+    constant).  It declares what a compiled model reads from such a program: the group
+    (``hierarchical_hyperparameters``, ``hierarchical_coordinates``), its scale's upper bound
+    (``hierarchical_scale_uppers``), and both scales on the logit transform and passed as a
+    sampling statement's scale (``bounded_coordinates``, ``bounded_scale_coordinates``)."""
+
+    upper = 100.0
+
+    def __init__(self, y: np.ndarray, g: np.ndarray, groups: int) -> None:
+        self.y, self.g, self.groups = np.asarray(y, float), np.asarray(g, int), int(groups)
+        self.n_rows, self.dim = int(self.y.size), self.groups + 3
+        self.param_names = ["mu", "tau"] + [f"a[{j + 1}]" for j in range(self.groups)] + ["sigma"]
+        members = tuple(range(2, 2 + self.groups))
+        self.hierarchical_hyperparameters = ((members, (0,), (1,)),)
+        self.hierarchical_coordinates = ((members, 0),)
+        self.hierarchical_scale_uppers = {1: self.upper}
+        self.bounded_coordinates = np.zeros(self.dim, dtype=bool)
+        self.bounded_coordinates[[1, -1]] = True
+        self.bounded_scale_coordinates = self.bounded_coordinates.copy()
+        self.log_coordinates = np.zeros(self.dim, dtype=bool)
+
+    def _scale(self, u: float) -> tuple[float, float]:
+        """``(sigma, d log sigma / du)`` at ``u = logit(sigma / upper)``."""
+        s = 1.0 / (1.0 + np.exp(-u))
+        return self.upper * s, 1.0 - s
+
+    def log_prior_grad(self, th: np.ndarray) -> tuple[float, np.ndarray]:
+        mu, a = th[0], th[2:-1]
+        (tau, dt), (_, ds) = self._scale(th[1]), self._scale(th[-1])
+        r = (a - mu) / tau
+        jacobian = lambda u: -np.logaddexp(0.0, -u) - np.logaddexp(0.0, u)   # log s + log(1 - s)
+        value = (-0.5 * (mu / 100.0) ** 2 - self.groups * np.log(tau) - 0.5 * np.sum(r * r)
+                 + jacobian(th[1]) + jacobian(th[-1]))
+        grad = np.zeros(self.dim)
+        grad[0] = -mu / 1e4 + np.sum(r) / tau
+        grad[1] = (np.sum(r * r) - self.groups) * dt + (2.0 * dt - 1.0)
+        grad[2:-1] = -r / tau
+        grad[-1] = 2.0 * ds - 1.0
+        return float(value), grad
+
+    def log_prior(self, th: np.ndarray) -> float:
+        return self.log_prior_grad(th)[0]
+
+    def row_log_lik_grad(self, th: np.ndarray, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        y, g = self.y[idx], self.g[idx]
+        sigma, ds = self._scale(th[-1])
+        r = (y - th[2:-1][g]) / sigma
+        value = -0.5 * r * r - np.log(sigma) - 0.5 * LOG_2PI
+        grad = np.zeros((y.size, self.dim))
+        grad[np.arange(y.size), 2 + g] = r / sigma
+        grad[:, -1] = (r * r - 1.0) * ds
+        return value, grad
+
+    def row_log_lik(self, th: np.ndarray, rows=None) -> np.ndarray:
+        return self.row_log_lik_grad(th, rows)[0]
+
+    def constrain(self, th: np.ndarray) -> dict[str, np.ndarray]:
+        return {"mu": np.asarray(th[0]), "tau": np.asarray(self._scale(th[1])[0]),
+                "a": np.asarray(th[2:-1]), "sigma": np.asarray(self._scale(th[-1])[0])}
+
+    def exact(self) -> tuple[np.ndarray, np.ndarray]:
+        """Joint posterior mode (unconstrained) and the inverse Hessian there (Newton's method from
+        the groups' means, with step halving)."""
+        logit = lambda x: np.log(x / (self.upper - x))
+        th = np.zeros(self.dim)
+        th[2:-1] = [self.y[self.g == j].mean() for j in range(self.groups)]
+        th[0] = th[2:-1].mean()
+        th[1] = logit(th[2:-1].std() + 1e-3)
+        th[-1] = logit(np.std(self.y - th[2:-1][self.g]))
+
+        def total(t: np.ndarray) -> tuple[float, np.ndarray]:
+            value, grad = self.row_log_lik_grad(t)
+            prior, prior_grad = self.log_prior_grad(t)
+            return float(np.sum(value)) + prior, prior_grad + grad.sum(axis=0)
+
+        for _ in range(200):
+            h = np.empty((self.dim, self.dim))
+            for j in range(self.dim):
+                e = np.zeros(self.dim)
+                e[j] = 1e-5
+                h[:, j] = -(total(th + e)[1] - total(th - e)[1]) / 2e-5
+            h = 0.5 * (h + h.T)
+            value, grad = total(th)
+            step, t = np.linalg.solve(h, grad), 1.0
+            while t > 1e-8 and not total(th + t * step)[0] >= value:
+                t *= 0.5
+            th = th + t * step
+        return th, np.linalg.inv(h)
+
+
 def radon_like(seed: int) -> VaryingIntercept:
     """A ``radon``-like varying intercept: 1,000 rows in 20 groups of ~50, group means 1.5 +- 0.3,
     ``sigma`` = 0.75 (the data of ``seed``)."""

@@ -116,7 +116,7 @@ from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_elements_scaled,
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
-                                       rowless_hyperparameters)
+                                       rowless_hyperparameters, unpooled_bounded_scales)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
@@ -655,6 +655,7 @@ def private_mode(
             last = [{"one_step": theta, "noise_cov": np.diag(np.full(d, np.inf)),
                      "curvature": np.linalg.inv(frame @ frame.T)}]
         mode, noise_cov, curvature = last[0]["one_step"], last[0]["noise_cov"], last[0]["curvature"]
+        mode = unpooled_bounded_scales(density, mode, curvature, noise_cov, data_coordinates)
         used, settled = len(last), False
     checked = -1
     if s.check_share:
