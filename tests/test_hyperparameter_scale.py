@@ -228,3 +228,26 @@ def test_a_bounded_group_scale_comes_down_from_its_start():
     density.hierarchical_hyperparameters = ((density.hierarchical_hyperparameters[0][0], (0,), ()),)
     density.hierarchical_scale_uppers = {}
     assert min(worst()) > 25.0
+
+
+def test_a_search_without_a_pool_moves_a_bounded_scale_only_with_a_finite_estimate():
+    """``groups.unpooled_bounded_scales`` (the last round's estimate where fewer than two rounds
+    pooled): the bounded group scale goes to the expected prior's maximum with that round's
+    variance (the same as ``bounded_scales_at_expected_mode``), every other coordinate stays;
+    with the infinite noise of a search whose every round stepped back nothing moves; a log scale
+    (the same group without the declared upper bound) stays."""
+    density = _bounded()
+    d = density.dim
+    mode = np.r_[1.5, 0.0, 1.5 + 0.3 * np.random.default_rng(2).normal(size=20), -4.9]
+    curvature, noise = np.eye(d) * 400.0, np.eye(d) * 1e-3
+    rows = np.zeros(d, dtype=bool)
+    rows[2:] = True   # the elements and sigma: rows depend on them
+    moved = groups.unpooled_bounded_scales(density, mode, curvature, noise, rows)
+    v = 20 * (1.0 / 400.0 + 1e-3)
+    expected = groups._bounded_scale_mode(groups.ExpectedGroupPrior(density, [(1, v)]), mode, 1)
+    assert np.isclose(moved[1], expected) and moved[1] < -4.0
+    np.testing.assert_array_equal(np.delete(moved, 1), np.delete(mode, 1))
+    stuck = groups.unpooled_bounded_scales(density, mode, curvature, np.diag(np.full(d, np.inf)), rows)
+    np.testing.assert_array_equal(stuck, mode)
+    density.hierarchical_scale_uppers = {}
+    np.testing.assert_array_equal(groups.unpooled_bounded_scales(density, mode, curvature, noise, rows), mode)

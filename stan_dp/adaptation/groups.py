@@ -458,9 +458,11 @@ def unpooled_bounded_scales(density: Any, mode: np.ndarray, curvature: np.ndarra
     at their expected prior's conditional maximum (:func:`bounded_scales_at_expected_mode`); the
     other coordinates as they are.  A scale declared ``real<lower=0, upper=U>`` starts at ``U / 2``,
     decades above a group's spread, and no round moves it (no row depends on it); a log scale
-    starts at 1 and is left where the rounds put it, as before.  Post-processing."""
+    starts at 1 and is left where the rounds put it, as before.  Where every round stepped back
+    (no estimate: an infinite noise) nothing moves: the elements' spread is then unknown, and
+    without it the prior's maximum is the funnel's neck.  Post-processing."""
     hyper = rowless_hyperparameters(density, np.size(mode), data_coordinates)
-    if not hyper.any() or not np.all(np.isfinite(curvature)):
+    if not hyper.any() or not (np.all(np.isfinite(curvature)) and np.all(np.isfinite(noise_cov))):
         return np.asarray(mode, dtype=float)
     return bounded_scales_at_expected_mode(_expected_prior(density, curvature, noise_cov, hyper), mode)
 
