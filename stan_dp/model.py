@@ -139,6 +139,7 @@ class ZeroRowPart:
     _hierarchical: dict[str, "HierarchicalStatement"] | None = None
     _sampled: tuple[tuple[str, str], ...] | None = None
     _scales: tuple[str, ...] | None = None
+    _zero_mean: dict | None = None
     _simplex: tuple[str, ...] | None = None
     _mixture: bool | None = None
     _indexed: dict[str, tuple[str, ...]] | None = None
@@ -520,9 +521,13 @@ class ZeroRowPart:
         :func:`stan_dp.stan_source.hierarchical_statements`, and the compiled model's names), or
         ``logit(sigma_a / U)`` with ``real<lower=0, upper=U> sigma_a``
         (:attr:`hierarchical_scale_uppers`).  The scale's is given for a ``normal`` statement only
-        (empty otherwise, or where the scale is not a parameter so declared).  The private search starts those that no row
-        depends on at the prior's scale (:func:`stan_dp.adaptation.groups.hyperparameter_scale`).
-        Empty where the names are not known, and without a vector of fewer than two elements."""
+        (empty otherwise, or where the scale is not a parameter so declared).  The private search
+        starts those that no row depends on at the prior's scale
+        (:func:`stan_dp.adaptation.groups.hyperparameter_scale`) and, where the rounds end
+        unsettled, puts them at the expected prior's mode
+        (:func:`stan_dp.adaptation.groups.hyperparameters_at_expected_mode`; zero-mean groups too:
+        :attr:`zero_mean_hyperparameters`).  Empty where the names are not known, and without a
+        vector of fewer than two elements."""
         self._bounded_parameters()
         out = []
         for vector, stmt in (self._hierarchical or {}).items():
@@ -537,6 +542,25 @@ class ZeroRowPart:
         return tuple(out)
 
     @property
+    def zero_mean_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
+        """Per zero-mean group, ``u ~ normal(0, sigma_u)`` with the group's intercept in the
+        likelihood (rstanarm's and most users' random effects;
+        ``hierarchical_statements(program, literal=True)``), ``(its vector's coordinates, (), its
+        scale's)``: as :attr:`hierarchical_hyperparameters`, without a location.  Read only where
+        the rounds end unsettled (:func:`stan_dp.adaptation.groups.hyperparameters_at_expected_mode`,
+        :func:`~stan_dp.adaptation.groups.unpooled_bounded_scales`); public: the program and the
+        compiled model's names.  Empty where none, or the names are not known."""
+        self._bounded_parameters()
+        out = []
+        for vector, stmt in (self._zero_mean or {}).items():
+            members = self._coordinates_of((vector,))
+            scale = self._coordinates_of((stmt.scale,)) if stmt.family == "normal" else np.zeros_like(members)
+            if members.sum() >= 2 and scale.sum() == 1:
+                out.append((tuple(int(j) for j in np.flatnonzero(members)), (),
+                            tuple(int(j) for j in np.flatnonzero(scale))))
+        return tuple(out)
+
+    @property
     def hierarchical_scale_uppers(self) -> dict[int, float]:
         """``{coordinate: U}`` for each scale of :attr:`hierarchical_hyperparameters` declared
         ``real<lower=0, upper=U>``, whose unconstrained coordinate is ``logit(sigma / U)`` (the
@@ -544,7 +568,7 @@ class ZeroRowPart:
         names are not known."""
         self._bounded_parameters()
         out: dict[int, float] = {}
-        for stmt in (self._hierarchical or {}).values():
+        for stmt in [*(self._hierarchical or {}).values(), *(self._zero_mean or {}).values()]:
             if stmt.scale and stmt.family == "normal" and math.isfinite(stmt.upper):
                 for j in np.flatnonzero(self._coordinates_of((stmt.scale,))):
                     out[int(j)] = float(stmt.upper)
@@ -606,6 +630,7 @@ class ZeroRowPart:
             sampled: tuple[tuple[str, str], ...] = ()
             simplex: tuple[str, ...] = ()
             scales: tuple[str, ...] = ()
+            zero_mean: dict[str, HierarchicalStatement] = {}
             mixture: bool | None = None
             indexed: dict[str, tuple[str, ...]] = {}
             standard: tuple[str, ...] = ()
@@ -620,12 +645,13 @@ class ZeroRowPart:
                     mixture = writes_mixture(program)
                     indexed, standard = indexed_vectors(program), standard_normal_parameters(program)
                     scales = scale_parameters(program)
+                    zero_mean = hierarchical_statements(program, literal=True)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
             self._interval, self._mixture, self._indexed, self._standard = interval, mixture, indexed, standard
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
-            self._scales = scales
+            self._scales, self._zero_mean = scales, zero_mean
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

@@ -699,8 +699,13 @@ def hierarchical_locations(program: str) -> dict[str, str]:
     return {vector: stmt.location for vector, stmt in hierarchical_statements(program).items()}
 
 
-def hierarchical_statements(program: str) -> dict[str, HierarchicalStatement]:
+def hierarchical_statements(program: str, literal: bool = False) -> dict[str, HierarchicalStatement]:
     """:func:`hierarchical_locations`' statements with their scale parameter and family.
+
+    With ``literal``, instead, the statements whose location is a numeric literal and whose
+    scale is a parameter so declared, the zero-mean random effects as rstanarm and most users write
+    them (``u ~ normal(0, sigma_u)``, the group's intercept in the likelihood): their
+    ``location`` is ``""`` (no parameter; moving the elements changes the statement).
 
     ``{"a": HierarchicalStatement("mu_a", "sigma_a", "normal")}`` for ``real<lower=0> sigma_a;``
     and ``a ~ normal(mu_a, sigma_a)``; with ``real<lower=0, upper=100> sigma_a`` its ``upper`` is
@@ -747,12 +752,22 @@ def hierarchical_statements(program: str) -> dict[str, HierarchicalStatement]:
             at = LOCATION_ARGUMENT[m["family"]]
             location = args[at] if len(args) > at else ""
             scale = args[at + 1].strip() if len(args) > at + 1 else ""
-            if vector(m["x"]) and scalar(location) and location != m["x"]:
+            if not vector(m["x"]):
+                continue
+            if literal:
+                upper = scale_upper(scale) if scale != m["x"] else None
+                if _NUMBER.match(location.strip()) and upper is not None:
+                    found.setdefault(m["x"], HierarchicalStatement("", scale, m["family"], upper))
+            elif scalar(location) and location != m["x"]:
                 upper = scale_upper(scale) if scale not in (m["x"], location) else None
                 scale = scale if upper is not None else ""
                 found.setdefault(m["x"], HierarchicalStatement(location, scale, m["family"],
                                                                math.inf if upper is None else upper))
     return found
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+"""A numeric literal (a location written as a number)."""
 
 
 ORDERED_TYPES = ("ordered", "positive_ordered")

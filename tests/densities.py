@@ -407,6 +407,92 @@ class BoundedVaryingIntercept:
         return th, np.linalg.inv(h)
 
 
+class ZeroMeanIntercept(BoundedVaryingIntercept):
+    """:class:`BoundedVaryingIntercept` written as rstanarm and most users write random effects:
+    ``y_i ~ N(mu + a[g_i], sigma)``, ``a_j ~ N(0, tau)`` (the group's intercept ``mu`` in the
+    likelihood, the elements' statement without a location).  Same coordinates; it declares the
+    group without a location (``zero_mean_hyperparameters`` ``(members, (), (tau,))``, and no
+    centred group), as a compiled model reads such a program.  ``bounded=False``:
+    ``tau`` and ``sigma`` declared ``real<lower=0>`` instead (coordinates ``log tau``,
+    ``log sigma``; flat priors)."""
+
+    def __init__(self, y: np.ndarray, g: np.ndarray, groups: int, bounded: bool = True) -> None:
+        super().__init__(y, g, groups)
+        self.bounded = bool(bounded)
+        self.zero_mean_hyperparameters = ((self.hierarchical_hyperparameters[0][0], (), (1,)),)
+        self.hierarchical_hyperparameters = ()
+        self.hierarchical_coordinates = ()
+        if not self.bounded:
+            self.hierarchical_scale_uppers = {}
+            self.log_coordinates = self.bounded_coordinates.copy()
+            self.bounded_coordinates = np.zeros(self.dim, dtype=bool)
+            self.bounded_scale_coordinates = self.bounded_coordinates.copy()
+
+    def _scale(self, u: float) -> tuple[float, float]:
+        return super()._scale(u) if self.bounded else (float(np.exp(u)), 1.0)
+
+    def log_prior_grad(self, th: np.ndarray) -> tuple[float, np.ndarray]:
+        mu, a = th[0], th[2:-1]
+        (tau, dt), (_, ds) = self._scale(th[1]), self._scale(th[-1])
+        r = a / tau
+        if self.bounded:
+            jacobian = lambda u: -np.logaddexp(0.0, -u) - np.logaddexp(0.0, u)
+            jac_grad = lambda u: 2.0 * self._scale(u)[1] - 1.0
+        else:
+            jacobian, jac_grad = (lambda u: u), (lambda u: 1.0)
+        value = (-0.5 * (mu / 100.0) ** 2 - self.groups * np.log(tau) - 0.5 * np.sum(r * r)
+                 + jacobian(th[1]) + jacobian(th[-1]))
+        grad = np.zeros(self.dim)
+        grad[0] = -mu / 1e4
+        grad[1] = (np.sum(r * r) - self.groups) * dt + jac_grad(th[1])
+        grad[2:-1] = -r / tau
+        grad[-1] = jac_grad(th[-1])
+        return float(value), grad
+
+    def row_log_lik_grad(self, th: np.ndarray, rows=None):
+        idx = slice(None) if rows is None else np.asarray(rows)
+        y, g = self.y[idx], self.g[idx]
+        sigma, ds = self._scale(th[-1])
+        r = (y - th[0] - th[2:-1][g]) / sigma
+        value = -0.5 * r * r - np.log(sigma) - 0.5 * LOG_2PI
+        grad = np.zeros((y.size, self.dim))
+        grad[:, 0] = r / sigma
+        grad[np.arange(y.size), 2 + g] = r / sigma
+        grad[:, -1] = (r * r - 1.0) * ds
+        return value, grad
+
+    def constrain(self, th: np.ndarray) -> dict[str, np.ndarray]:
+        return {"mu": np.asarray(th[0]), "tau": np.asarray(self._scale(th[1])[0]),
+                "a": np.asarray(th[2:-1]), "sigma": np.asarray(self._scale(th[-1])[0])}
+
+    def exact(self) -> tuple[np.ndarray, np.ndarray]:
+        """Joint posterior mode and the inverse Hessian there (Newton's method with step halving from
+        the groups' means)."""
+        means = np.array([self.y[self.g == j].mean() for j in range(self.groups)])
+        to_u = (lambda x: np.log(x / (self.upper - x))) if self.bounded else np.log
+        th = np.r_[means.mean(), to_u(means.std() + 1e-3), means - means.mean(),
+                   to_u(np.std(self.y - means[self.g]))]
+
+        def total(t: np.ndarray) -> tuple[float, np.ndarray]:
+            value, grad = self.row_log_lik_grad(t)
+            prior, prior_grad = self.log_prior_grad(t)
+            return float(np.sum(value)) + prior, prior_grad + grad.sum(axis=0)
+
+        for _ in range(200):
+            h = np.empty((self.dim, self.dim))
+            for j in range(self.dim):
+                e = np.zeros(self.dim)
+                e[j] = 1e-5
+                h[:, j] = -(total(th + e)[1] - total(th - e)[1]) / 2e-5
+            h = 0.5 * (h + h.T)
+            value, grad = total(th)
+            step, t = np.linalg.solve(h, grad), 1.0
+            while t > 1e-8 and not total(th + t * step)[0] >= value:
+                t *= 0.5
+            th = th + t * step
+        return th, np.linalg.inv(h)
+
+
 def radon_like(seed: int) -> VaryingIntercept:
     """A ``radon``-like varying intercept: 1,000 rows in 20 groups of ~50, group means 1.5 +- 0.3,
     ``sigma`` = 0.75 (the data of ``seed``)."""

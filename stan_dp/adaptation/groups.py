@@ -227,12 +227,17 @@ def scale_coordinate(density: Any, u: int, value: float) -> tuple[float, float]:
     return math.log(upper) - float(np.logaddexp(0.0, -value)), float(1.0 / (1.0 + math.exp(min(value, 700.0))))
 
 
-def _declared_hyperparameters(density: Any, d: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The density's ``hierarchical_hyperparameters`` as integer arrays ``(members, location,
-    log_scale)``, each group checked (at least two elements, every index within ``d``); ``[]``
-    where it declares none."""
+def _declared_hyperparameters(density: Any, d: int,
+                              zero_mean: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The density's ``hierarchical_hyperparameters`` (with ``zero_mean``, its
+    ``zero_mean_hyperparameters`` too: groups without a location) as integer arrays ``(members,
+    location, log_scale)``, each group checked (at least two elements, every index within ``d``);
+    ``[]`` where it declares none."""
     out = []
-    for members, location, log_scale in getattr(density, "hierarchical_hyperparameters", None) or ():
+    declared = list(getattr(density, "hierarchical_hyperparameters", None) or ())
+    if zero_mean:
+        declared += list(getattr(density, "zero_mean_hyperparameters", None) or ())
+    for members, location, log_scale in declared:
         members, location, log_scale = (np.asarray(v, dtype=int) for v in (members, location, log_scale))
         coordinates = np.concatenate([members, location, log_scale])
         if members.size >= 2 and np.all((coordinates >= 0) & (coordinates < d)):
@@ -240,7 +245,8 @@ def _declared_hyperparameters(density: Any, d: int) -> list[tuple[np.ndarray, np
     return out
 
 
-def rowless_hyperparameters(density: Any, d: int, data_coordinates: np.ndarray) -> np.ndarray:
+def rowless_hyperparameters(density: Any, d: int, data_coordinates: np.ndarray,
+                            zero_mean: bool = False) -> np.ndarray:
     """Which coordinates are a declared group's location or ``log sigma`` that no row depends on.
 
     Parameters
@@ -252,6 +258,8 @@ def rowless_hyperparameters(density: Any, d: int, data_coordinates: np.ndarray) 
     data_coordinates : ndarray of bool
         The coordinates rows depend on (the initial scale's released counts); a location or scale
         among them is left out.
+    zero_mean : bool, default False
+        The zero-mean groups' scales too (``zero_mean_hyperparameters``).
 
     Returns
     -------
@@ -259,7 +267,7 @@ def rowless_hyperparameters(density: Any, d: int, data_coordinates: np.ndarray) 
         The mask.  Public: the program and released verdicts.
     """
     rowless = np.zeros(d, dtype=bool)
-    for _, location, log_scale in _declared_hyperparameters(density, d):
+    for _, location, log_scale in _declared_hyperparameters(density, d, zero_mean):
         rowless[location] = True
         rowless[log_scale] = True
     return rowless & ~np.asarray(data_coordinates, dtype=bool)
@@ -384,8 +392,9 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
     Parameters
     ----------
     density : RowDensity
-        Declares ``hierarchical_hyperparameters`` (read from the program); none declared: the
-        pool's estimate is returned as it is.
+        Declares ``hierarchical_hyperparameters`` and ``zero_mean_hyperparameters`` (read from the
+        program; a zero-mean group has no location); none declared: the pool's estimate is
+        returned as it is.
     pooled : _Pooled
         The final pool (unresolved: its quadratic model is trusted at its one-step estimates only).
     frame : ndarray
@@ -417,7 +426,7 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
     Post-processing of released values and the public program: no release.
     """
     d = frame.shape[0]
-    hyper = rowless_hyperparameters(density, d, data_coordinates)
+    hyper = rowless_hyperparameters(density, d, data_coordinates, zero_mean=True)
     if not hyper.any():
         return pooled.mode, pooled.noise_cov, pooled.curvature
     prior = _expected_prior(density, pooled.curvature, pooled.noise_cov, hyper)
@@ -434,7 +443,7 @@ def _expected_prior(density: Any, curvature: np.ndarray, noise_cov: np.ndarray,
         variance = np.diag(np.linalg.pinv(curvature) + noise_cov)
     variance = np.where(np.isfinite(variance), np.maximum(variance, 0.0), 0.0)
     spreads = [(int(u), float(np.sum(variance[members])))
-               for members, _, log_scale in _declared_hyperparameters(density, hyper.size)
+               for members, _, log_scale in _declared_hyperparameters(density, hyper.size, zero_mean=True)
                for u in log_scale if hyper[u]]
     return ExpectedGroupPrior(density, spreads)
 
@@ -461,7 +470,7 @@ def unpooled_bounded_scales(density: Any, mode: np.ndarray, curvature: np.ndarra
     starts at 1 and is left where the rounds put it, as before.  Where every round stepped back
     (no estimate: an infinite noise) nothing moves: the elements' spread is then unknown, and
     without it the prior's maximum is the funnel's neck.  Post-processing."""
-    hyper = rowless_hyperparameters(density, np.size(mode), data_coordinates)
+    hyper = rowless_hyperparameters(density, np.size(mode), data_coordinates, zero_mean=True)
     if not hyper.any() or not (np.all(np.isfinite(curvature)) and np.all(np.isfinite(noise_cov))):
         return np.asarray(mode, dtype=float)
     return bounded_scales_at_expected_mode(_expected_prior(density, curvature, noise_cov, hyper), mode)
