@@ -653,19 +653,26 @@ def scale_parameters(program: str) -> tuple[str, ...]:
     (:func:`stan_dp.adaptation.far.scale_coordinates`).
     """
     params = _declarations(program, "parameters")
-    blocks = program_blocks(program)
     found: dict[str, None] = {}
-    if "model" in blocks:
-        for stmt in _statements(program, *blocks["model"]):
-            m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
-            if not m or m["family"] not in SCALE_ARGUMENT:
-                continue
-            args = _split_top(m["args"])
-            at = SCALE_ARGUMENT[m["family"]]
-            name = args[at].strip() if len(args) > at else ""
-            if name in params:
-                found.setdefault(name, None)
+    for m, args in _model_sampling_statements(program, SCALE_ARGUMENT):
+        at = SCALE_ARGUMENT[m["family"]]
+        name = args[at].strip() if len(args) > at else ""
+        if name in params:
+            found.setdefault(name, None)
     return tuple(found)
+
+
+def _model_sampling_statements(program: str, families: Iterable[str]) -> Iterator[tuple[re.Match, list[str]]]:
+    """The ``model`` block's sampling statements of ``families`` (``y ~ f(...)`` or ``target +=
+    f_lpdf(y | ...)``), each as its match (``x``, ``family``) and its arguments after the
+    variate, in program order."""
+    blocks = program_blocks(program)
+    if "model" not in blocks:
+        return
+    for stmt in _statements(program, *blocks["model"]):
+        m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+        if m and m["family"] in families:
+            yield m, _split_top(m["args"])
 
 
 class HierarchicalStatement(NamedTuple):
@@ -741,28 +748,22 @@ def hierarchical_statements(program: str, literal: bool = False) -> dict[str, Hi
             return None
         return upper if 0.0 < upper < math.inf else None
 
-    blocks = program_blocks(program)
     found: dict[str, HierarchicalStatement] = {}
-    if "model" in blocks:
-        for stmt in _statements(program, *blocks["model"]):
-            m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
-            if not m or m["family"] not in LOCATION_ARGUMENT:
-                continue
-            args = _split_top(m["args"])
-            at = LOCATION_ARGUMENT[m["family"]]
-            location = args[at] if len(args) > at else ""
-            scale = args[at + 1].strip() if len(args) > at + 1 else ""
-            if not vector(m["x"]):
-                continue
-            if literal:
-                upper = scale_upper(scale) if scale != m["x"] else None
-                if _NUMBER.match(location.strip()) and upper is not None:
-                    found.setdefault(m["x"], HierarchicalStatement("", scale, m["family"], upper))
-            elif scalar(location) and location != m["x"]:
-                upper = scale_upper(scale) if scale not in (m["x"], location) else None
-                scale = scale if upper is not None else ""
-                found.setdefault(m["x"], HierarchicalStatement(location, scale, m["family"],
-                                                               math.inf if upper is None else upper))
+    for m, args in _model_sampling_statements(program, LOCATION_ARGUMENT):
+        at = LOCATION_ARGUMENT[m["family"]]
+        location = args[at] if len(args) > at else ""
+        scale = args[at + 1].strip() if len(args) > at + 1 else ""
+        if not vector(m["x"]):
+            continue
+        if literal:
+            upper = scale_upper(scale) if scale != m["x"] else None
+            if _NUMBER.match(location.strip()) and upper is not None:
+                found.setdefault(m["x"], HierarchicalStatement("", scale, m["family"], upper))
+        elif scalar(location) and location != m["x"]:
+            upper = scale_upper(scale) if scale not in (m["x"], location) else None
+            scale = scale if upper is not None else ""
+            found.setdefault(m["x"], HierarchicalStatement(location, scale, m["family"],
+                                                           math.inf if upper is None else upper))
     return found
 
 

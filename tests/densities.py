@@ -379,13 +379,8 @@ class BoundedVaryingIntercept:
 
     def exact(self) -> tuple[np.ndarray, np.ndarray]:
         """Joint posterior mode (unconstrained) and the inverse Hessian there (Newton's method from
-        the groups' means, with step halving)."""
-        logit = lambda x: np.log(x / (self.upper - x))
-        th = np.zeros(self.dim)
-        th[2:-1] = [self.y[self.g == j].mean() for j in range(self.groups)]
-        th[0] = th[2:-1].mean()
-        th[1] = logit(th[2:-1].std() + 1e-3)
-        th[-1] = logit(np.std(self.y - th[2:-1][self.g]))
+        the groups' means, :meth:`_start`, with step halving)."""
+        th = self._start()
 
         def total(t: np.ndarray) -> tuple[float, np.ndarray]:
             value, grad = self.row_log_lik_grad(t)
@@ -405,6 +400,13 @@ class BoundedVaryingIntercept:
                 t *= 0.5
             th = th + t * step
         return th, np.linalg.inv(h)
+
+
+    def _start(self) -> np.ndarray:
+        """Newton's start: the groups' means, their spread and the rows' spread about them."""
+        logit = lambda x: np.log(x / (self.upper - x))
+        means = np.array([self.y[self.g == j].mean() for j in range(self.groups)])
+        return np.r_[means.mean(), logit(means.std() + 1e-3), means, logit(np.std(self.y - means[self.g]))]
 
 
 class ZeroMeanIntercept(BoundedVaryingIntercept):
@@ -465,32 +467,12 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
         return {"mu": np.asarray(th[0]), "tau": np.asarray(self._scale(th[1])[0]),
                 "a": np.asarray(th[2:-1]), "sigma": np.asarray(self._scale(th[-1])[0])}
 
-    def exact(self) -> tuple[np.ndarray, np.ndarray]:
-        """Joint posterior mode and the inverse Hessian there (Newton's method with step halving from
-        the groups' means)."""
+    def _start(self) -> np.ndarray:
+        """Newton's start: the groups' means about their mean, their spread, the rows' spread."""
         means = np.array([self.y[self.g == j].mean() for j in range(self.groups)])
         to_u = (lambda x: np.log(x / (self.upper - x))) if self.bounded else np.log
-        th = np.r_[means.mean(), to_u(means.std() + 1e-3), means - means.mean(),
-                   to_u(np.std(self.y - means[self.g]))]
-
-        def total(t: np.ndarray) -> tuple[float, np.ndarray]:
-            value, grad = self.row_log_lik_grad(t)
-            prior, prior_grad = self.log_prior_grad(t)
-            return float(np.sum(value)) + prior, prior_grad + grad.sum(axis=0)
-
-        for _ in range(200):
-            h = np.empty((self.dim, self.dim))
-            for j in range(self.dim):
-                e = np.zeros(self.dim)
-                e[j] = 1e-5
-                h[:, j] = -(total(th + e)[1] - total(th - e)[1]) / 2e-5
-            h = 0.5 * (h + h.T)
-            value, grad = total(th)
-            step, t = np.linalg.solve(h, grad), 1.0
-            while t > 1e-8 and not total(th + t * step)[0] >= value:
-                t *= 0.5
-            th = th + t * step
-        return th, np.linalg.inv(h)
+        return np.r_[means.mean(), to_u(means.std() + 1e-3), means - means.mean(),
+                     to_u(np.std(self.y - means[self.g]))]
 
 
 def radon_like(seed: int) -> VaryingIntercept:
