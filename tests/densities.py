@@ -310,7 +310,7 @@ class VaryingIntercept:
         return th, np.linalg.inv(h)
 
 
-class BoundedVaryingIntercept:
+class BoundedVaryingIntercept(VaryingIntercept):
     """``y_i ~ N(a[g_i], sigma)``, ``a_j ~ N(mu, tau)``, ``mu ~ N(0, 100)``, with ``tau`` and
     ``sigma`` declared ``real<lower=0, upper=100>`` (flat between: Gelman and Hill's BUGS radon
     model).
@@ -323,11 +323,11 @@ class BoundedVaryingIntercept:
     sampling statement's scale (``bounded_coordinates``, ``bounded_scale_coordinates``)."""
 
     upper = 100.0
+    intercept_in_rows = False
+    """Whether ``mu`` enters the rows (``ZeroMeanIntercept``) or only the groups' statement."""
 
     def __init__(self, y: np.ndarray, g: np.ndarray, groups: int) -> None:
-        self.y, self.g, self.groups = np.asarray(y, float), np.asarray(g, int), int(groups)
-        self.n_rows, self.dim = int(self.y.size), self.groups + 3
-        self.param_names = ["mu", "tau"] + [f"a[{j + 1}]" for j in range(self.groups)] + ["sigma"]
+        super().__init__(y, g, groups)
         members = tuple(range(2, 2 + self.groups))
         self.hierarchical_hyperparameters = ((members, (0,), (1,)),)
         self.hierarchical_coordinates = ((members, 0),)
@@ -356,22 +356,17 @@ class BoundedVaryingIntercept:
         grad[-1] = 2.0 * ds - 1.0
         return float(value), grad
 
-    def log_prior(self, th: np.ndarray) -> float:
-        return self.log_prior_grad(th)[0]
-
     def row_log_lik_grad(self, th: np.ndarray, rows=None):
         idx = slice(None) if rows is None else np.asarray(rows)
         y, g = self.y[idx], self.g[idx]
         sigma, ds = self._scale(th[-1])
-        r = (y - th[2:-1][g]) / sigma
+        r = (y - self.intercept_in_rows * th[0] - th[2:-1][g]) / sigma
         value = -0.5 * r * r - np.log(sigma) - 0.5 * LOG_2PI
         grad = np.zeros((y.size, self.dim))
+        grad[:, 0] = self.intercept_in_rows * r / sigma
         grad[np.arange(y.size), 2 + g] = r / sigma
         grad[:, -1] = (r * r - 1.0) * ds
         return value, grad
-
-    def row_log_lik(self, th: np.ndarray, rows=None) -> np.ndarray:
-        return self.row_log_lik_grad(th, rows)[0]
 
     def constrain(self, th: np.ndarray) -> dict[str, np.ndarray]:
         return {"mu": np.asarray(th[0]), "tau": np.asarray(self._scale(th[1])[0]),
@@ -418,6 +413,8 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
     ``tau`` and ``sigma`` declared ``real<lower=0>`` instead (coordinates ``log tau``,
     ``log sigma``; flat priors)."""
 
+    intercept_in_rows = True
+
     def __init__(self, y: np.ndarray, g: np.ndarray, groups: int, bounded: bool = True) -> None:
         super().__init__(y, g, groups)
         self.bounded = bool(bounded)
@@ -450,22 +447,6 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
         grad[2:-1] = -r / tau
         grad[-1] = jac_grad(th[-1])
         return float(value), grad
-
-    def row_log_lik_grad(self, th: np.ndarray, rows=None):
-        idx = slice(None) if rows is None else np.asarray(rows)
-        y, g = self.y[idx], self.g[idx]
-        sigma, ds = self._scale(th[-1])
-        r = (y - th[0] - th[2:-1][g]) / sigma
-        value = -0.5 * r * r - np.log(sigma) - 0.5 * LOG_2PI
-        grad = np.zeros((y.size, self.dim))
-        grad[:, 0] = r / sigma
-        grad[np.arange(y.size), 2 + g] = r / sigma
-        grad[:, -1] = (r * r - 1.0) * ds
-        return value, grad
-
-    def constrain(self, th: np.ndarray) -> dict[str, np.ndarray]:
-        return {"mu": np.asarray(th[0]), "tau": np.asarray(self._scale(th[1])[0]),
-                "a": np.asarray(th[2:-1]), "sigma": np.asarray(self._scale(th[-1])[0])}
 
     def _start(self) -> np.ndarray:
         """Newton's start: the groups' means about their mean, their spread, the rows' spread."""
