@@ -446,6 +446,15 @@ REFERENCE_OPTIONS = {   # name: reference_fit options the model's NUTS reference
 }
 
 
+def reference_rhat(ref) -> float:
+    """The largest rank-normalised split R-hat over the reference's posterior components (NaN
+    components, such as a constant, left out; NaN where none is left)."""
+    values = [np.asarray(v, dtype=float).ravel() for v in az.rhat(ref).data_vars.values()]
+    finite = np.concatenate(values) if values else np.array([])
+    finite = finite[np.isfinite(finite)]
+    return float(finite.max()) if finite.size else float("nan")
+
+
 def worst_error(fit, ref) -> tuple[float, str]:
     """Worst |private mean - reference mean| / reference sd over every scalar parameter.
 
@@ -494,7 +503,7 @@ def main(argv=None) -> None:
                     warnings.simplefilter("ignore")
                     ref = stan_dp.reference_fit(path, data, seed=seed + 1,
                                                 **REFERENCE_OPTIONS.get(name, {}))
-                    ref_rhat = float(max(float(v.max()) for v in az.rhat(ref).data_vars.values()))
+                    ref_rhat = reference_rhat(ref)
                 for eps in args.epsilons:
                     t0 = time.perf_counter()
                     with warnings.catch_warnings(record=True) as caught:

@@ -32,18 +32,9 @@ import numpy as np
 
 import stan_dp
 from stan_dp.diagnostics import RHAT_MAX
-from published_models import worst_error   # this script's folder: the same yardstick, tested there
+from published_models import reference_rhat, worst_error   # this script's folder: the same yardstick, tested there
 
 PROGRAMS = Path(__file__).resolve().parent / "user_programs"
-
-
-def reference_rhat(ref: az.InferenceData) -> float:
-    """The largest rank-normalised split R-hat over the reference's posterior components (NaN
-    components, such as a constant, left out)."""
-    values = [np.asarray(v, dtype=float) for v in az.rhat(ref).data_vars.values()]
-    finite = np.concatenate([v.ravel() for v in values]) if values else np.array([])
-    finite = finite[np.isfinite(finite)]
-    return float(finite.max()) if finite.size else float("nan")
 
 
 def reference(stan: Path, data: dict, cached: Path) -> tuple[az.InferenceData, float]:

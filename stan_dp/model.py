@@ -529,17 +529,7 @@ class ZeroRowPart:
         :attr:`zero_mean_hyperparameters`).  Empty where the names are not known, and without a
         vector of fewer than two elements."""
         self._bounded_parameters()
-        out = []
-        for vector, stmt in (self._hierarchical or {}).items():
-            members = self._coordinates_of((vector,))
-            location = self._coordinates_of((stmt.location,))
-            scale = (self._coordinates_of((stmt.scale,)) if stmt.scale and stmt.family == "normal"
-                     else np.zeros_like(members))
-            if members.sum() >= 2 and location.sum() == 1:   # a scalar scale: at most one coordinate
-                out.append((tuple(int(j) for j in np.flatnonzero(members)),
-                            tuple(int(j) for j in np.flatnonzero(location)),
-                            tuple(int(j) for j in np.flatnonzero(scale))))
-        return tuple(out)
+        return self._group_entries(self._hierarchical)
 
     @property
     def zero_mean_hyperparameters(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
@@ -551,13 +541,22 @@ class ZeroRowPart:
         :func:`~stan_dp.adaptation.groups.unpooled_bounded_scales`); public: the program and the
         compiled model's names.  Empty where none, or the names are not known."""
         self._bounded_parameters()
+        return self._group_entries(self._zero_mean)
+
+    def _group_entries(self, statements: dict | None) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """``(members, location, scale)`` coordinates of each statement of
+        :func:`stan_dp.stan_source.hierarchical_statements` with at least two elements: its
+        location's (one coordinate; none where the location is a number, and then the entry needs
+        its scale) and its scale's (for a ``normal`` statement only)."""
         out = []
-        for vector, stmt in (self._zero_mean or {}).items():
+        for vector, stmt in (statements or {}).items():
             members = self._coordinates_of((vector,))
-            scale = self._coordinates_of((stmt.scale,)) if stmt.family == "normal" else np.zeros_like(members)
-            if members.sum() >= 2 and scale.sum() == 1:
-                out.append((tuple(int(j) for j in np.flatnonzero(members)), (),
-                            tuple(int(j) for j in np.flatnonzero(scale))))
+            location = self._coordinates_of((stmt.location,) if stmt.location else ())
+            scale = (self._coordinates_of((stmt.scale,)) if stmt.scale and stmt.family == "normal"
+                     else np.zeros_like(members))
+            # a scalar location and scale: one coordinate each
+            if members.sum() >= 2 and (location.sum() == 1 if stmt.location else scale.sum() == 1):
+                out.append(tuple(tuple(int(j) for j in np.flatnonzero(m)) for m in (members, location, scale)))
         return tuple(out)
 
     @property

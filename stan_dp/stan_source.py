@@ -654,25 +654,25 @@ def scale_parameters(program: str) -> tuple[str, ...]:
     """
     params = _declarations(program, "parameters")
     found: dict[str, None] = {}
-    for m, args in _model_sampling_statements(program, SCALE_ARGUMENT):
-        at = SCALE_ARGUMENT[m["family"]]
+    for m in _model_sampling_statements(program, SCALE_ARGUMENT):
+        args, at = _split_top(m["args"]), SCALE_ARGUMENT[m["family"]]
         name = args[at].strip() if len(args) > at else ""
         if name in params:
             found.setdefault(name, None)
     return tuple(found)
 
 
-def _model_sampling_statements(program: str, families: Iterable[str]) -> Iterator[tuple[re.Match, list[str]]]:
-    """The ``model`` block's sampling statements of ``families`` (``y ~ f(...)`` or ``target +=
-    f_lpdf(y | ...)``), each as its match (``x``, ``family``) and its arguments after the
-    variate, in program order."""
+def _model_sampling_statements(program: str, families: Iterable[str] | None = None) -> Iterator[re.Match]:
+    """The ``model`` block's sampling statements (``y ~ f(...)`` or ``target += f_lpdf(y | ...)``)
+    of ``families`` (default: every family), each as its match (``x``, ``family``, ``args``, the
+    arguments after the variate), in program order."""
     blocks = program_blocks(program)
     if "model" not in blocks:
         return
     for stmt in _statements(program, *blocks["model"]):
         m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
-        if m and m["family"] in families:
-            yield m, _split_top(m["args"])
+        if m and (families is None or m["family"] in families):
+            yield m
 
 
 class HierarchicalStatement(NamedTuple):
@@ -749,8 +749,8 @@ def hierarchical_statements(program: str, literal: bool = False) -> dict[str, Hi
         return upper if 0.0 < upper < math.inf else None
 
     found: dict[str, HierarchicalStatement] = {}
-    for m, args in _model_sampling_statements(program, LOCATION_ARGUMENT):
-        at = LOCATION_ARGUMENT[m["family"]]
+    for m in _model_sampling_statements(program, LOCATION_ARGUMENT):
+        args, at = _split_top(m["args"]), LOCATION_ARGUMENT[m["family"]]
         location = args[at] if len(args) > at else ""
         scale = args[at + 1].strip() if len(args) > at + 1 else ""
         if not vector(m["x"]):
@@ -811,15 +811,7 @@ def sampled_variates(program: str) -> tuple[tuple[str, str], ...]:
     ``("y", "student_t")``.  A statement of another shape (a ``log_mix``, a ``log_sum_exp``, a
     function of the variate on the left) is not listed.
     """
-    blocks = program_blocks(program)
-    if "model" not in blocks:
-        return ()
-    found: list[tuple[str, str]] = []
-    for stmt in _statements(program, *blocks["model"]):
-        m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
-        if m:
-            found.append((m["x"], m["family"]))
-    return tuple(found)
+    return tuple((m["x"], m["family"]) for m in _model_sampling_statements(program))
 
 
 INDEXED_BLOCKS = ("transformed parameters", "model")
