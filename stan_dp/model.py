@@ -140,6 +140,7 @@ class ZeroRowPart:
     _sampled: tuple[tuple[str, str], ...] | None = None
     _scales: tuple[str, ...] | None = None
     _zero_mean: dict | None = None
+    _ridges: dict | None = None
     _simplex: tuple[str, ...] | None = None
     _mixture: bool | None = None
     _indexed: dict[str, tuple[str, ...]] | None = None
@@ -543,6 +544,23 @@ class ZeroRowPart:
         self._bounded_parameters()
         return self._group_entries(self._zero_mean)
 
+    @property
+    def ridge_coordinates(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """Per vector of group effects whose every use in the likelihood adds a scalar intercept
+        (:func:`stan_dp.stan_source.intercept_ridges`: ``mu + a[g]``), ``(the intercept's
+        coordinate, the group's coordinates)``.  Moving the intercept by ``t`` and every element by
+        ``-t`` leaves every row's log likelihood exactly unchanged, so the prior alone sets the
+        posterior along that direction (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`).
+        Public: the program and the compiled model's names.  Empty where none, or the names are
+        not known."""
+        self._bounded_parameters()
+        out = []
+        for vector, intercept in (self._ridges or {}).items():
+            members, location = self._coordinates_of((vector,)), self._coordinates_of((intercept,))
+            if members.sum() >= 2 and location.sum() == 1:
+                out.append((int(np.flatnonzero(location)[0]), tuple(int(j) for j in np.flatnonzero(members))))
+        return tuple(out)
+
     def _group_entries(self, statements: dict | None) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """``(members, location, scale)`` coordinates of each statement of
         :func:`stan_dp.stan_source.hierarchical_statements` with at least two elements: its
@@ -615,7 +633,7 @@ class ZeroRowPart:
         """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
         from one reading of the program (cached)."""
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
-            from stan_dp.stan_source import (hierarchical_statements,
+            from stan_dp.stan_source import (hierarchical_statements, intercept_ridges,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              indexed_vectors, ordered_parameters, sampled_variates,
                                              scale_parameters, simplex_parameters,
@@ -630,6 +648,7 @@ class ZeroRowPart:
             simplex: tuple[str, ...] = ()
             scales: tuple[str, ...] = ()
             zero_mean: dict[str, HierarchicalStatement] = {}
+            ridges: dict[str, str] = {}
             mixture: bool | None = None
             indexed: dict[str, tuple[str, ...]] = {}
             standard: tuple[str, ...] = ()
@@ -645,12 +664,13 @@ class ZeroRowPart:
                     indexed, standard = indexed_vectors(program), standard_normal_parameters(program)
                     scales = scale_parameters(program)
                     zero_mean = hierarchical_statements(program, literal=True)
+                    ridges = intercept_ridges(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
             self._interval, self._mixture, self._indexed, self._standard = interval, mixture, indexed, standard
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
-            self._scales, self._zero_mean = scales, zero_mean
+            self._scales, self._zero_mean, self._ridges = scales, zero_mean, ridges
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

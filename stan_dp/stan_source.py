@@ -46,6 +46,7 @@ __all__ = [
     "HierarchicalStatement",
     "hierarchical_locations",
     "hierarchical_statements",
+    "intercept_ridges",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -769,6 +770,155 @@ def hierarchical_statements(program: str, literal: bool = False) -> dict[str, Hi
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 """A numeric literal (a location written as a number)."""
+
+
+_OPENERS, _CLOSERS = "([{", ")]}"
+_LOGICAL = re.compile(r"[?:<>!&]|\|\||==")
+"""Operators that make an expression more than a sum of terms (a condition, a comparison)."""
+_EXPONENT = re.compile(r"(?<![A-Za-z_0-9.])(\d+\.?\d*|\.\d+)[eE]$")
+
+
+def _enclosing_sum(text: str, start: int, end: int) -> list[tuple[str, str]] | None:
+    """The top-level additive terms ``(sign, term)`` of the expression around ``text[start:end]``.
+
+    The expression is the span between the nearest enclosing delimiter on each side (an opening
+    bracket, ``,``, ``|``, ``=`` or ``~`` on the left; a closing bracket or ``,`` on the right, or
+    the statement's end): in ``y ~ normal(mu + a[g] + b * x, s)`` the span of ``a[g]`` is
+    ``mu + a[g] + b * x``, whose terms are ``("+", "mu")``, ``("+", "a[g]")`` and ``("+", "b *
+    x")``.  None where the span is a comparison, a condition or a logical expression, or the left
+    delimiter is part of ``==``, ``<=``, ``>=``, ``!=`` or ``||``.
+    """
+    depth, left = 0, start - 1
+    while left >= 0:
+        c = text[left]
+        if c in _CLOSERS:
+            depth += 1
+        elif c in _OPENERS:
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0 and c in ",|=~":
+            break
+        left -= 1
+    if left >= 1 and text[left] in "=|" and text[left - 1] in "=<>!|":
+        return None
+    depth, right = 0, end
+    while right < len(text):
+        c = text[right]
+        if c in _OPENERS:
+            depth += 1
+        elif c in _CLOSERS:
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0 and c == ",":
+            break
+        right += 1
+    expr = text[left + 1:right]
+    terms: list[tuple[str, str]] = []
+    sign, current, depth = "+", "", 0
+    for c in expr:
+        if c in _OPENERS:
+            depth += 1
+        elif c in _CLOSERS:
+            depth -= 1
+        binary = current.strip() and current.rstrip()[-1] not in "+-*/^%.\\" and not _EXPONENT.search(current)
+        if depth == 0 and c in "+-" and (binary or not current.strip()):
+            if current.strip():
+                terms.append((sign, current.strip()))
+                sign = c
+            else:   # a unary sign
+                sign = "-" if (sign == "-") != (c == "-") else "+"
+            current = ""
+            continue
+        if depth == 0 and _LOGICAL.match(c):
+            return None
+        current += c
+    if current.strip():
+        terms.append((sign, current.strip()))
+    return terms
+
+
+def intercept_ridges(program: str) -> dict[str, str]:
+    """The vectors of group effects whose every use in the likelihood sits beside a scalar
+    intercept: ``{vector: intercept}``.
+
+    Reads a canonical program, never data.  ``{"a": "mu"}`` for ``y ~ normal(mu + a[county] + b *
+    x, sigma_y)`` with ``a`` a vector indexed by a row's group (:func:`indexed_vectors`) and its
+    own sampling statements of parameters and scalar data only (rstanarm's ``a ~ normal(0,
+    sigma_a)``, fixed effects' ``a ~ normal(0, 10)``, or none), where
+
+    * every other occurrence of ``a`` in the ``model`` block is a subscript ``a[...]`` added, as a
+      top-level ``+`` term, to an expression that also adds ``mu`` bare (:func:`_enclosing_sum`);
+    * every occurrence of ``mu`` is such a term beside an ``a[...]``, except in its own sampling
+      statements (``mu ~ normal(0, 10)``), whose arguments too read parameters and scalar data only;
+    * ``mu`` is a scalar ``real`` without a constraint (its unconstrained coordinate is itself),
+      and neither name appears in ``transformed parameters`` or in a loop's or branch's header.
+
+    Then every row's log likelihood depends on ``mu`` and ``a`` through ``mu + a[g]`` alone, and
+    moving ``mu`` by ``t`` and every ``a_j`` by ``-t`` leaves every row's log likelihood exactly
+    unchanged: along that ridge only the prior pulls
+    (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`).  A program that writes the sum
+    otherwise (``mu - a[g]``, ``2 * mu``, a local variable) is not read: no entry is the safe side.
+    """
+    blocks = program_blocks(program)
+    if "model" not in blocks:
+        return {}
+    params = _declarations(program, "parameters")
+    scalars = [name for name, (decl, _) in params.items()
+               if not decl.constraint.strip() and decl.rank == 0 and decl.base == "real"]
+    groups = list(indexed_vectors(program))
+    if not scalars or not groups:
+        return {}
+    declared = {**_declarations(program, "data"), **_declarations(program, "transformed data")}
+    readable = set(params) | {name for name, (decl, _) in declared.items()
+                              if decl.rank == 0 and not decl.array_dims}
+    transformed = program[slice(*blocks["transformed parameters"])] if "transformed parameters" in blocks else ""
+    statements = _statements(program, *blocks["model"])
+
+    def siblings(name: str, subscripted: bool = False) -> list[set[tuple[str, str]]] | None:
+        """Per occurrence of ``name`` outside its own sampling statements, the terms beside it;
+        None where one is not a ``+`` term (``subscripted``: or is not subscripted), or ``name``
+        is in a header or transformed parameters."""
+        if re.search(rf"\b{name}\b", transformed):
+            return None
+        found = []
+        for stmt in statements:
+            if any(re.search(rf"\b{name}\b", header) for header in stmt.headers):
+                return None
+            m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+            if m and m["x"] == name:
+                args = _identifiers(m["args"]) - _called_functions(m["args"])
+                if not args <= readable:
+                    return None
+                continue
+            for occ in re.finditer(rf"\b{name}\b", stmt.text):
+                end = occ.end()
+                after = _skip_ws(stmt.text, end)
+                if after < len(stmt.text) and stmt.text[after] == "[":
+                    end = _match(stmt.text, after) + 1
+                elif subscripted:
+                    return None
+                terms = _enclosing_sum(stmt.text, occ.start(), end)
+                term = ("+", stmt.text[occ.start():end].strip())
+                if terms is None or term not in terms:
+                    return None
+                found.append({t for t in terms if t != term})
+        return found
+
+    out: dict[str, str] = {}
+    for vector in groups:
+        beside = siblings(vector, subscripted=True)
+        if not beside:
+            continue
+        for mu in scalars:
+            uses = siblings(mu)
+            if (uses and all(("+", mu) in terms for terms in beside)
+                    and all(any(s == "+" and re.fullmatch(rf"{vector}\s*\[.*\]", t, re.S) for s, t in terms)
+                            for terms in uses)):
+                out[vector] = mu
+                break
+    return out
 
 
 ORDERED_TYPES = ("ordered", "positive_ordered")

@@ -409,7 +409,8 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
     ``y_i ~ N(mu + a[g_i], sigma)``, ``a_j ~ N(0, tau)`` (the group's intercept ``mu`` in the
     likelihood, the elements' statement without a location).  Same coordinates; it declares the
     group without a location (``zero_mean_hyperparameters`` ``(members, (), (tau,))``, and no
-    centred group), as a compiled model reads such a program.  ``bounded=False``:
+    centred group) and its intercept ridge (``ridge_coordinates``: ``mu`` +1, every ``a_j`` -1), as a
+    compiled model reads such a program.  ``bounded=False``:
     ``tau`` and ``sigma`` declared ``real<lower=0>`` instead (coordinates ``log tau``,
     ``log sigma``; flat priors)."""
 
@@ -419,6 +420,8 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
         super().__init__(y, g, groups)
         self.bounded = bool(bounded)
         self.zero_mean_hyperparameters = ((self.hierarchical_hyperparameters[0][0], (), (1,)),)
+        # mu + a[g] in every row: the ridge a compiled model reads (intercept_ridges)
+        self.ridge_coordinates = ((0, self.hierarchical_hyperparameters[0][0]),)
         self.hierarchical_hyperparameters = ()
         self.hierarchical_coordinates = ()
         if not self.bounded:

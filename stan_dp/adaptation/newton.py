@@ -116,7 +116,8 @@ from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_elements_scaled,
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
-                                       rowless_hyperparameters, unpooled_bounded_scales)
+                                       ridges_at_prior_mode, rowless_hyperparameters,
+                                       unpooled_bounded_scales)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
 from stan_dp.adaptation.initial_frame import _initial_scale, _oriented_frame, initial_scale_release
@@ -632,6 +633,8 @@ def private_mode(
                 frame = frame * wider
                 pooled = _pooled_estimate(pool, frame, random_effects=True)
         dispersion, heterogeneity = pooled.dispersion, pooled.heterogeneity
+        # along an intercept ridge (mu + a[g]) the rows' gradient is exactly 0: the prior's maximum
+        pooled = pooled._replace(mode=ridges_at_prior_mode(density, pooled.mode))
         if settled:
             # "rowless" for the prior's hold: at the counts' floor and not a group's element, which
             # the program says rows depend on (a 20-row intercept whose clipped curvature read
@@ -655,7 +658,8 @@ def private_mode(
             last = [{"one_step": theta, "noise_cov": np.diag(np.full(d, np.inf)),
                      "curvature": np.linalg.inv(frame @ frame.T)}]
         mode, noise_cov, curvature = last[0]["one_step"], last[0]["noise_cov"], last[0]["curvature"]
-        mode = unpooled_bounded_scales(density, mode, curvature, noise_cov, data_coordinates)
+        mode = unpooled_bounded_scales(density, ridges_at_prior_mode(density, mode), curvature, noise_cov,
+                                       data_coordinates)
         used, settled = len(last), False
     checked = -1
     if s.check_share:
@@ -663,6 +667,9 @@ def private_mode(
         # that the rows prefer by far replaces the estimate (final_check)
         mode, checked = final_check(holder, density, evaluated, mode, zs["check"], rng_noise, ledger,
                                     use=not settled)
+    # the rows' log likelihood is flat along an intercept ridge: the prior's maximum there, again
+    # after the hyperparameters moved (they set its curvature) and wherever the check put the estimate
+    mode = ridges_at_prior_mode(density, mode)
     covariance, frame = reported_covariance(curvature, frame)
     skew, skew_sd = np.zeros(d), np.zeros(d)
     if s.skew_share:
