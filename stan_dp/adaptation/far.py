@@ -49,6 +49,16 @@ Riedmiller and Braun 1993, on released quantities):
    and a first move made after the others have moved reads it shrunk by
    how much that coordinate's median ``b_j`` has grown since the start
    (:func:`first_move_variance`).
+   3b. A direction that moves again after rounds within the gate, against its last vote beyond
+   the gate, halves its step as at a flip, where no other direction moved since that vote (beyond
+   :data:`NEGLIGIBLE_MOVE`): the pause does not erase the sign change.  Rstanarm-style radon
+   intercepts with ``sigma_y`` on ``(0, 100)`` (1,000 rows, epsilon = 4): a flip moved
+   ``sigma_y``'s logit coordinate back to 10 posterior sds above its mode, a round passed within
+   the gate, and the next vote sent it the flip's full step, 1.56 e-folds, to 58 sds below, where
+   the Newton rounds' frame, measured there, was 6 times too narrow.  Where others moved, the
+   sign change may be theirs (a scale's conditional mode moves with a far-off location), and
+   halving there stranded a ``uniform(0, 100)`` scale 10 sds above its mode once the location
+   came in (``tests/test_uniform_scale.py``'s replica, noise seed 18).
 4. Where a move other than a coordinate's first shrank its median ``b_j``
    more than :data:`COLLAPSE_OCTAVES` while the rows' vote still passes the
    gate the same way, the move is taken back and the coordinate stays
@@ -98,7 +108,8 @@ from stan_dp.adaptation.releases import Ledger, clipped_vector_sum
 from stan_dp.aggregates import RowColumns
 from stan_dp.density import prior_gradient
 
-__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "OVERSHOOT_OCTAVES",
+__all__ = ["COLLAPSE_OCTAVES", "FAR_ROUNDS", "FAR_SHARE", "FIXED_SIGN_FAMILIES", "LOG_STEP_MAX", "NEGLIGIBLE_MOVE",
+           "OVERSHOOT_OCTAVES",
            "collapsed_moves", "far_multipliers", "first_move_variance", "far_releases", "far_phase", "fixed_sign_rows",
            "holdable_coordinates", "planned_far_share", "scale_coordinates",
            "planned_first_median_boost", "vote_noise_forecast"]
@@ -163,6 +174,10 @@ a sign-led step has no model to extrapolate, and at 3 a Poisson rate of mostly-z
 (``tests/stan/poisson_rate.stan``, 1,000 rows, epsilon = 16) stopped its far phase at ``log lambda``
 -7.8 instead of -12.4 and ended 2.9 sds off in rms over 8 seeds instead of 0.71 (6: 1.0; 10: as
 uncapped).  Ten rounds still cover 100 e-folds (docs/adaptation.md §3, "Far phase", step 4)."""
+NEGLIGIBLE_MOVE = 1e-12
+"""A far move this small does not count as a move for step 3b (it changes no row's gradient beyond
+round-off: a sparse group element whose released median is at the search's floor takes steps of
+~1e-16)."""
 OVERSHOOT_OCTAVES = 3.0
 """A sign flip after a move that raised a direction's released median ``|g_ij|`` by more than this
 many octaves (8-fold) brackets the direction (:func:`far_phase`, step 4b): from then on it moves at
@@ -542,6 +557,9 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
     stat_args = (u,) if u.shape[1] else ()
     points = []
     start_median = None   # the medians at the start (first_move_variance)
+    voted = np.zeros(d)  # each direction's last vote beyond the gate (its sign), kept through pauses
+    paused = np.zeros(d, dtype=bool)   # within the gate last round
+    alone = np.zeros(d, dtype=bool)    # no other direction moved since that vote
     for k in range(rounds):
         stat = holder.row_statistic(_abs_gradient_rows, theta, *stat_args)
         if log2_median is None:
@@ -585,10 +603,12 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         first = significant & (step == 0.0)
         step = np.where(first, newton, step)
         grow = significant & ~first & (sign == last)
-        shrink = significant & ~first & (sign == -last)
+        flip = significant & ~first & (sign == -last)
+        # a sign change across a pause halves the step too, where nothing else moved since (step 3b)
+        shrink = flip | (significant & ~first & paused & alone & (sign == -voted))
         step = np.where(grow, GROWTH * step, np.where(shrink, step / GROWTH, step))
         # step 4b: a flip after a move that raised the median beyond OVERSHOOT_OCTAVES brackets it
-        bracketed |= shrink & ~capped & (log2_median - left_median > OVERSHOOT_OCTAVES)
+        bracketed |= flip & ~capped & (log2_median - left_median > OVERSHOOT_OCTAVES)
         step = np.where(capped, np.minimum(step, LOG_STEP_MAX), step)
         low = np.where(significant & (sign > 0), np.maximum(low, position), low)
         high = np.where(significant & (sign < 0), np.minimum(high, position), high)
@@ -598,6 +618,13 @@ def far_phase(holder: Any, density: Any, theta: np.ndarray, *, local_sd: np.ndar
         position = position + move
         last = np.where(shrink, 0.0, sign)   # after a flip, the next round neither grows nor halves
         moved = move
+        voted = np.where(significant, sign, voted)
+        paused = ~significant
+        # whether no other direction moved since (and in) the round of each direction's last vote
+        # (a move within round-off, from a median at the search's floor, does not count)
+        went = np.abs(move) > NEGLIGIBLE_MOVE
+        others = (np.count_nonzero(went) - went) > 0
+        alone = np.where(significant, ~others, alone & ~others)
         repeated = ~first
         left_median = log2_median.copy()
         theta = theta + along(move)
