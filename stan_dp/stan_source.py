@@ -778,6 +778,26 @@ _LOGICAL = re.compile(r"[?:<>!&]|\|\||==")
 _EXPONENT = re.compile(r"(?<![A-Za-z_0-9.])(\d+\.?\d*|\.\d+)[eE]$")
 
 
+def _delimiter(text: str, i: int, step: int, stops: str) -> int:
+    """Index of the first character from ``i`` (moving by ``step``, -1 or +1) that is a bracket
+    enclosing ``i`` (an opening one going left, a closing one going right) or, outside brackets,
+    one of ``stops``; -1 or ``len(text)`` where there is none."""
+    inner, outer = (_CLOSERS, _OPENERS) if step < 0 else (_OPENERS, _CLOSERS)
+    depth = 0
+    while 0 <= i < len(text):
+        c = text[i]
+        if c in inner:
+            depth += 1
+        elif c in outer:
+            if depth == 0:
+                return i
+            depth -= 1
+        elif depth == 0 and c in stops:
+            return i
+        i += step
+    return i
+
+
 def _enclosing_sum(text: str, start: int, end: int) -> list[tuple[str, str]] | None:
     """The top-level additive terms ``(sign, term)`` of the expression around ``text[start:end]``.
 
@@ -788,32 +808,10 @@ def _enclosing_sum(text: str, start: int, end: int) -> list[tuple[str, str]] | N
     x")``.  None where the span is a comparison, a condition or a logical expression, or the left
     delimiter is part of ``==``, ``<=``, ``>=``, ``!=`` or ``||``.
     """
-    depth, left = 0, start - 1
-    while left >= 0:
-        c = text[left]
-        if c in _CLOSERS:
-            depth += 1
-        elif c in _OPENERS:
-            if depth == 0:
-                break
-            depth -= 1
-        elif depth == 0 and c in ",|=~":
-            break
-        left -= 1
+    left = _delimiter(text, start - 1, -1, ",|=~")
     if left >= 1 and text[left] in "=|" and text[left - 1] in "=<>!|":
         return None
-    depth, right = 0, end
-    while right < len(text):
-        c = text[right]
-        if c in _OPENERS:
-            depth += 1
-        elif c in _CLOSERS:
-            if depth == 0:
-                break
-            depth -= 1
-        elif depth == 0 and c == ",":
-            break
-        right += 1
+    right = _delimiter(text, end, 1, ",")
     expr = text[left + 1:right]
     terms: list[tuple[str, str]] = []
     sign, current, depth = "+", "", 0
