@@ -480,8 +480,9 @@ def ridges_at_prior_mode(density: Any, mode: np.ndarray) -> np.ndarray:
     """``mode`` moved along each of the density's intercept ridges (``ridge_coordinates``) to the
     log prior's maximum along it; unchanged where it declares none.
 
-    A ridge is a zero-mean group ``a ~ normal(0, sigma_a)`` whose every use in the likelihood is
-    ``mu + a[g]`` (:func:`stan_dp.stan_source.intercept_ridges`): along ``v`` (``+1`` on ``mu``,
+    A ridge is a vector of group effects (rstanarm's zero-mean ``a ~ normal(0, sigma_a)``, or fixed
+    effects) whose every use in the likelihood is ``mu + a[g]``
+    (:func:`stan_dp.stan_source.intercept_ridges`): along ``v`` (``+1`` on ``mu``,
     ``-1`` on every ``a_j``) every row's log likelihood is exactly constant, so the posterior's
     maximum along ``v`` from ``mode`` is the prior's, ``t* = argmax_t log p(mode + t v)``.  With
     ``mu``'s prior flat that is ``t* = mean(a)`` exactly (``-sum_j (a_j - t)^2 / (2 sigma_a^2)``);
@@ -492,10 +493,11 @@ def ridges_at_prior_mode(density: Any, mode: np.ndarray) -> np.ndarray:
 
     Why: the rows' released gradient along ``v`` is pure noise (its exact value is 0), and the
     prior's curvature along it, ``J / sigma_a^2``, is all that holds it, so the search's estimate
-    drifts along ``v``: ``radonre`` (``mu + a[county]``, 1,000 rows, epsilon = 16) ended with
-    ``mu`` the worst coordinate, 8.6-12.4 posterior sds off; moved to the prior's maximum, 4.5-5.8
-    (docs/adaptation.md §3, "A zero-mean group's intercept ridge").  Post-processing of released
-    values and the program: no release.
+    drifts along ``v``: ``radonre`` (``mu + a[county]``, 1,000 rows, epsilon = 16, seeds 1-4) ended
+    with ``mu`` the worst coordinate, 8.6-12.4 posterior sds off; with the move (before the
+    hyperparameters' step, so that the elements' spread no longer holds ``J mean(a)^2``, and after
+    it) 1.4-2.0 (docs/adaptation.md §3, "A zero-mean group's intercept ridge").  Post-processing of
+    released values and the program: no release.
     """
     mode = np.array(mode, dtype=float)
     for intercept, members in getattr(density, "ridge_coordinates", None) or ():
