@@ -663,6 +663,12 @@ def scale_parameters(program: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _sampling_match(text: str) -> re.Match | None:
+    """A statement's match as a sampling statement (``y ~ f(...)``, :data:`_SAMPLED`, or ``target
+    += f_lpdf(y | ...)``, :data:`_TARGET`), or None."""
+    return _SAMPLED.match(text) or _TARGET.match(text)
+
+
 def _model_sampling_statements(program: str, families: Iterable[str] | None = None) -> Iterator[re.Match]:
     """The ``model`` block's sampling statements (``y ~ f(...)`` or ``target += f_lpdf(y | ...)``)
     of ``families`` (default: every family), each as its match (``x``, ``family``, ``args``, the
@@ -671,7 +677,7 @@ def _model_sampling_statements(program: str, families: Iterable[str] | None = No
     if "model" not in blocks:
         return
     for stmt in _statements(program, *blocks["model"]):
-        m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+        m = _sampling_match(stmt.text)
         if m and (families is None or m["family"] in families):
             yield m
 
@@ -884,7 +890,7 @@ def intercept_ridges(program: str) -> dict[str, str]:
         for stmt in statements:
             if any(re.search(rf"\b{name}\b", header) for header in stmt.headers):
                 return None
-            m = _SAMPLED.match(stmt.text) or _TARGET.match(stmt.text)
+            m = _sampling_match(stmt.text)
             if m and m["x"] == name:
                 args = _identifiers(m["args"]) - _called_functions(m["args"])
                 if not args <= readable:
@@ -1230,7 +1236,7 @@ def standard_normal_parameters(program: str) -> tuple[str, ...]:
         m = _STD_NORMAL_TARGET.match(text)
         name = m["x"] if m else None
         if name is None:
-            m = _SAMPLED.match(text) or _TARGET.match(text)
+            m = _sampling_match(text)
             args = _split_top(m["args"]) if m and m["args"].strip() else []
             if m and ((m["family"] == "std_normal" and not args)
                       or (m["family"] == "normal" and len(args) == 2 and _literal(args[0], 0.0)

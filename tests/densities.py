@@ -459,13 +459,17 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
                      to_u(np.std(self.y - means[self.g]))]
 
 
-def radon_like(seed: int) -> VaryingIntercept:
-    """A ``radon``-like varying intercept: 1,000 rows in 20 groups of ~50, group means 1.5 +- 0.3,
-    ``sigma`` = 0.75 (the data of ``seed``)."""
+def radon_like_rows(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, g)``: 1,000 rows in 20 groups of ~50, group means 1.5 +- 0.3, ``sigma`` = 0.75 (the
+    data of ``seed``), for any of the varying-intercept densities here (20 groups)."""
     rng = np.random.default_rng(seed)
     g = rng.integers(0, 20, 1000)
-    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
-    return VaryingIntercept(y, g, 20)
+    return (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000), g
+
+
+def radon_like(seed: int) -> VaryingIntercept:
+    """A ``radon``-like varying intercept on :func:`radon_like_rows` of ``seed``."""
+    return VaryingIntercept(*radon_like_rows(seed), 20)
 
 
 class NormalRegression:

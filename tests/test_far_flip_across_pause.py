@@ -13,15 +13,12 @@ import numpy as np
 import pytest
 
 from stan_dp.adaptation import far
-from densities import BoundedVaryingIntercept
+from densities import BoundedVaryingIntercept, radon_like_rows
 from conftest import traced_adaptation
 
 
 def _bounded() -> BoundedVaryingIntercept:
-    rng = np.random.default_rng(0)
-    g = rng.integers(0, 20, 1000)
-    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
-    return BoundedVaryingIntercept(y, g, 20)
+    return BoundedVaryingIntercept(*radon_like_rows(0), 20)
 
 
 def _far_rounds(density, epsilon: float, seed: int) -> list[dict]:

@@ -23,7 +23,7 @@ from stan_dp.adaptation import groups, newton
 from stan_dp.adaptation.curvature import prior_neg_hessian
 from stan_dp.adaptation.plan import AdaptationSettings
 from stan_dp.stan_source import HierarchicalStatement, hierarchical_locations, hierarchical_statements
-from densities import BoundedVaryingIntercept, VaryingIntercept, ZeroMeanIntercept
+from densities import BoundedVaryingIntercept, VaryingIntercept, ZeroMeanIntercept, radon_like_rows
 from conftest import stan_test_model, traced_adaptation
 
 J = 6
@@ -187,9 +187,7 @@ def test_the_newton_rounds_start_with_it(monkeypatch):
 
 def _bounded(seed: int = 0) -> BoundedVaryingIntercept:
     """1,000 rows in 20 groups (means 1.5 +- 0.3, sigma 0.75), both scales on ``(0, 100)``."""
-    rng = np.random.default_rng(seed)
-    g = rng.integers(0, 20, 1000)
-    return BoundedVaryingIntercept((1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000), g, 20)
+    return BoundedVaryingIntercept(*radon_like_rows(seed), 20)
 
 
 def test_a_bounded_scale_s_coordinate_and_expected_prior_against_finite_differences():
@@ -282,9 +280,7 @@ def test_a_zero_mean_group_s_scale_comes_down_where_the_search_is_unsettled():
     ``tau`` on ``(0, 100)`` the worst coordinate is 1.8-4.2 off (1.8-8.6 over seeds 1-6, 4.9-8.4 at
     epsilon = 4), with ``real<lower=0> tau`` 1.4-3.5 (1.4-5.0; 4.8-7.5); undeclared, ``tau``
     stays near where it started: about 31 on (0, 100) (near 50), 5.4-6.3 on the log transform."""
-    rng = np.random.default_rng(0)
-    g = rng.integers(0, 20, 1000)
-    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
+    y, g = radon_like_rows(0)
     for bounded, before in ((True, 25.0), (False, 5.0)):
         density = ZeroMeanIntercept(y, g, 20, bounded=bounded)
         mode, cov = density.exact()

@@ -22,7 +22,7 @@ import pytest
 import stan_dp
 from stan_dp.adaptation import groups
 from stan_dp.stan_source import _enclosing_sum, intercept_ridges
-from densities import ZeroMeanIntercept
+from densities import ZeroMeanIntercept, radon_like_rows
 from conftest import stan_test_model, traced_adaptation
 
 DATA = "data { int N; int J; array[N] int<lower=1, upper=J> g; vector[N] x; vector[N] y; real s0; }\n"
@@ -106,10 +106,7 @@ def test_a_compiled_model_s_rows_are_flat_along_the_ridge_it_reads(compiled):
 
 
 def _zero_mean(bounded: bool = False) -> ZeroMeanIntercept:
-    rng = np.random.default_rng(0)
-    g = rng.integers(0, 20, 1000)
-    y = (1.5 + 0.3 * rng.normal(size=20))[g] + 0.75 * rng.normal(size=1000)
-    return ZeroMeanIntercept(y, g, 20, bounded=bounded)
+    return ZeroMeanIntercept(*radon_like_rows(0), 20, bounded=bounded)
 
 
 def _along(density: ZeroMeanIntercept) -> np.ndarray:
@@ -150,7 +147,7 @@ class _CauchyIntercept(ZeroMeanIntercept):
 
 
 def test_the_move_against_a_grid_with_a_heavy_tailed_intercept_prior():
-    density = _CauchyIntercept(_zero_mean().y, _zero_mean().g, 20, bounded=False)
+    density = _CauchyIntercept(*radon_like_rows(0), 20, bounded=False)
     theta = np.r_[2.0, math.log(0.2), np.full(20, -1.1), math.log(0.75)]
     v = _along(density)
     grid = np.linspace(-4.0, 2.0, 600_001)
