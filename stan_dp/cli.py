@@ -413,7 +413,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     _check_output(args.output)
     fit = reference_fit(args.model, args.data, chains=args.chains, draws=args.draws,
                         warmup=args.warmup, seed=args.seed, backend=args.backend,
-                        init_radius=args.init_radius)
+                        init_radius=args.init_radius, metric=args.metric)
     print(_table_text(stan_summary(fit, round_to="none")))  # Stan's 1-based names, as compare prints them
     print(f"backend: {fit.posterior.attrs.get('backend', 'unknown')} (non-private)")
     if args.output:
@@ -614,6 +614,9 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("--init-radius", type=float, default=2.0,
                      help="chains start uniformly on (-R, R) in unconstrained space, as CmdStan's "
                           "init=R (default 2; 0 starts every chain at 0)")
+    ref.add_argument("--metric", default="diag_e", choices=["diag_e", "dense_e"],
+                     help="CmdStan's metric: the inverse metric adapted in warm-up is a diagonal "
+                          "(default) or a full matrix (strongly correlated parameters)")
     ref.add_argument("--output", default=None, help="write the fit as netCDF (e.g. ref.nc)")
     ref.set_defaults(func=cmd_reference)
 

@@ -42,10 +42,14 @@ from stan_dp.output import build_inference_data, netcdf_safe_attrs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["reference_fit", "BACKENDS", "cmdstan_available"]
+__all__ = ["reference_fit", "BACKENDS", "METRICS", "cmdstan_available"]
 
 #: Accepted values of ``backend``.
 BACKENDS: tuple[str, ...] = ("auto", "cmdstan", "offline")
+
+#: Accepted values of ``metric`` (CmdStan's ``metric=``; ``unit_e`` is not offered: it never
+#: samples a posterior better than ``diag_e`` does).
+METRICS: tuple[str, ...] = ("diag_e", "dense_e")
 
 #: Stan's sampler columns -> ArviZ ``sample_stats`` names (as ``from_cmdstanpy``) and dtypes.
 SAMPLE_STATS: dict[str, tuple[str, type]] = {
@@ -248,7 +252,7 @@ def columns_to_groups(
 
 def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seeded: bool,
            chains: int, draws: int, warmup: int, adapt_delta: float,
-           max_treedepth: int, init_radius: float) -> dict[str, Any]:
+           max_treedepth: int, init_radius: float, metric: str) -> dict[str, Any]:
     from stan_dp.version import __version__
 
     return {
@@ -265,13 +269,14 @@ def _attrs(*, backend: str, stan_version: str, stan_path: Path, seed: int, seede
         "adapt_delta": adapt_delta,
         "max_treedepth": max_treedepth,
         "init_radius": init_radius,
+        "metric": metric,
         "stan_dp_version": __version__,
     }
 
 
 def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, chains: int,
                  draws: int, warmup: int, adapt_delta: float, max_treedepth: int, init_radius: float,
-                 parallel_chains: int, progress: bool, cache_dir: Any) -> Any:
+                 metric: str, parallel_chains: int, progress: bool, cache_dir: Any) -> Any:
     from stan_dp.progress import Progress
     from stan_dp.native import nuts
     from stan_dp.toolchain import compile_model
@@ -288,7 +293,8 @@ def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, ch
     try:
         out = nuts.run_nuts(
             lib, data_json, seed=seed, chains=chains, warmup=warmup, draws=draws,
-            settings=nuts.NutsSettings(delta=adapt_delta, max_depth=max_treedepth, init_radius=init_radius),
+            settings=nuts.NutsSettings(delta=adapt_delta, max_depth=max_treedepth, init_radius=init_radius,
+                                       dense=metric == "dense_e"),
             threads=parallel_chains, on_progress=on_progress,
         )
     except nuts.NutsDataError as exc:
@@ -302,7 +308,8 @@ def _fit_offline(stan_path: Path, data_json: str, *, seed: int, seeded: bool, ch
     posterior, stats = columns_to_groups(out.names, out.values)
     attrs = _attrs(backend="offline", stan_version=nuts.stan_version(lib), stan_path=stan_path,
                    seed=seed, seeded=seeded, chains=chains, draws=draws, warmup=warmup,
-                   adapt_delta=adapt_delta, max_treedepth=max_treedepth, init_radius=init_radius)
+                   adapt_delta=adapt_delta, max_treedepth=max_treedepth, init_radius=init_radius,
+                   metric=metric)
     return build_inference_data(posterior, stats, warmup=warmup, attrs=attrs)
 
 
@@ -349,7 +356,7 @@ def cmdstan_model_file(stan_path: Path, root: Path | None,
 
 def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains: int,
                  draws: int, warmup: int, adapt_delta: float, max_treedepth: int, init_radius: float,
-                 parallel_chains: int, progress: bool, cache_dir: Any = None) -> Any:
+                 metric: str, parallel_chains: int, progress: bool, cache_dir: Any = None) -> Any:
     import cmdstanpy
 
     from stan_dp.output import _import_arviz
@@ -371,7 +378,7 @@ def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains:
             fit = model.sample(
                 data=data, chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
                 save_warmup=warmup > 0, adapt_delta=adapt_delta, max_treedepth=max_treedepth,
-                inits=init_radius, parallel_chains=parallel_chains, show_progress=progress,
+                inits=init_radius, metric=metric, parallel_chains=parallel_chains, show_progress=progress,
             )
         except RuntimeError as exc:
             text = str(exc)
@@ -388,7 +395,7 @@ def _fit_cmdstan(stan_path: Path, data: Any, *, seed: int, seeded: bool, chains:
     attrs = netcdf_safe_attrs(_attrs(
         backend="cmdstan", stan_version=version, stan_path=stan_path, seed=seed,
         seeded=seeded, chains=chains, draws=draws, warmup=warmup, adapt_delta=adapt_delta,
-        max_treedepth=max_treedepth, init_radius=init_radius))
+        max_treedepth=max_treedepth, init_radius=init_radius, metric=metric))
     idata.attrs.update(attrs)
     for group in idata.groups():
         idata[group].attrs.update(attrs)
@@ -407,16 +414,17 @@ def reference_fit(
     adapt_delta: float = 0.8,
     max_treedepth: int = 10,
     init_radius: float = 2.0,
+    metric: str = "diag_e",
     parallel_chains: int | None = None,
     progress: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
 ):
     """Fit a Stan model to the full data with Stan's NUTS (NOT private).
 
-    The non-private yardstick for private fits: Stan's adaptive NUTS with a
-    diagonal metric and CmdStan's defaults, chain ``k`` with chain id ``k``
-    and the one ``seed`` (Stan derives each chain's random stream from seed
-    and chain id, as CmdStan does).
+    The non-private yardstick for private fits: Stan's adaptive NUTS with
+    CmdStan's defaults (a diagonal metric unless ``metric="dense_e"``),
+    chain ``k`` with chain id ``k`` and the one ``seed`` (Stan derives each
+    chain's random stream from seed and chain id, as CmdStan does).
 
     Parameters
     ----------
@@ -451,6 +459,19 @@ def reference_fit(
         value": a probit regression ``bernoulli(Phi(a + b * dist))`` with a
         distance in metres has a log density of -inf nearly everywhere on
         ``(-2, 2)``, and no chain could start there.
+    metric : {"diag_e", "dense_e"}
+        CmdStan's ``metric``: the inverse metric adapted in warm-up is a
+        diagonal (CmdStan's default) or a full matrix.  A dense metric costs
+        ``O(d^2)`` per leapfrog step but crosses a posterior whose
+        parameters are strongly correlated in short trajectories (two
+        predictors 0.999 correlated: 4 leapfrog steps per draw against 206,
+        ``tests/test_reference.py``).  Neither rescales a coefficient whose
+        posterior sd is far below 0.03: Stan adds ``1e-3 * 5 / (m + 5)`` to
+        every adapted variance (``m`` the window's draws), so a slope on an
+        income in dollars (``benchmarks/user_programs``' ``poisglm``, sd
+        5.6e-7) keeps a metric thousands of times too wide, and its chains
+        gave R-hat 2.34 with ``diag_e`` and 2.12 with ``dense_e`` (every
+        chain started at 0); rescale such predictors.
     parallel_chains : int, optional
         Chains run at the same time; default ``min(chains, os.cpu_count())``.
         Results do not depend on it.
@@ -469,7 +490,7 @@ def reference_fit(
         ``(chain, draw, D)``), ``sample_stats`` (``lp``, ``acceptance_rate``,
         ``step_size``, ``tree_depth``, ``n_steps``, ``diverging``,
         ``energy``), the warm-up groups, and ``attrs`` with ``backend``,
-        ``sampler="nuts"``, ``private=0``, ``stan_version`` (Stan's or
+        ``sampler="nuts"``, ``private=0``, ``metric``, ``stan_version`` (Stan's or
         CmdStan's version as ``"2.35.0"`` for both backends), ``seed``,
         ``chains``, ``draws``, ``warmup``.  Saveable with ``to_netcdf``.
 
@@ -489,6 +510,8 @@ def reference_fit(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     chains = _positive_int(chains, "chains")
     draws = _positive_int(draws, "draws")
     warmup = _positive_int(warmup, "warmup", minimum=0)
@@ -510,7 +533,7 @@ def reference_fit(
     chosen = _choose_backend(backend)
     settings = dict(seed=used_seed, seeded=fixed_seed is not None, chains=chains, draws=draws, warmup=warmup,
                     adapt_delta=adapt_delta, max_treedepth=max_treedepth, init_radius=init_radius,
-                    parallel_chains=parallel_chains, progress=progress)
+                    metric=metric, parallel_chains=parallel_chains, progress=progress)
     if chosen == "cmdstan":
         cmdstan_data = str(Path(data).expanduser()) if isinstance(data, (str, os.PathLike)) \
             else values
@@ -614,7 +637,8 @@ def _warn_convergence(idata: Any, predictors: Any = None, init_radius: float = 2
     ess = extreme(esss, np.min)
     if rhat > RHAT_MAX or ess < ESS_MIN:   # nan: not judged
         named = predictors() if predictors is not None else []
-        advice = "more warm-up or draws, centred predictors or a reparametrisation would help"
+        advice = ("more warm-up or draws, centred predictors, a dense metric for strongly correlated "
+                  "parameters (metric='dense_e') or a reparametrisation would help")
         if named:
             listed = ", ".join(f"{label} (up to {largest:.3g})" for label, largest in named)
             advice = (f"predictors of large size: {listed}; Stan's random inits put each slope on "

@@ -261,12 +261,13 @@ def test_reference_command_writes_a_fit_that_compare_reads(tmp_path, data_file, 
     ref = tmp_path / "ref.nc"
     assert main(["reference", str(bundled("logistic_regression")), "--data", str(data_file),
                  "--chains", "2", "--draws", "150", "--warmup", "150", "--seed", "2",
-                 "--init-radius", "0", "--output", str(ref)]) == 0
+                 "--init-radius", "0", "--metric", "dense_e", "--output", str(ref)]) == 0
     out = capsys.readouterr().out
     assert "non-private" in out and "beta[1]" in out
     idata = az.from_netcdf(ref)
     assert idata.posterior["beta"].shape == (2, 150, 3)
     assert idata.posterior.attrs["init_radius"] == 0.0
+    assert idata.posterior.attrs["metric"] == "dense_e"
     assert main(["compare", str(ref), str(ref)]) == 0
     assert "worst |standardised mean error|: 0.000" in capsys.readouterr().out
     from stan_dp.reference import cmdstan_available

@@ -50,6 +50,9 @@ class NutsSettings:
     init_buffer: int = 75
     term_buffer: int = 50
     window: int = 25
+    dense: bool = False
+    """CmdStan's ``metric=dense_e`` (a full inverse metric adapted in warm-up) where true, else
+    ``diag_e``."""
 
     def as_array(self) -> np.ndarray:
         """The ``options`` array of ``sdp_nuts``, in the order of its C struct."""
@@ -80,9 +83,9 @@ class NutsOutput:
 def load(library: Path) -> ctypes.CDLL:
     """Load a reference library and declare its ``sdp_nuts`` functions."""
     lib = ctypes.CDLL(str(library))
-    if not hasattr(lib, "sdp_nuts"):
+    if not (hasattr(lib, "sdp_nuts") and hasattr(lib, "sdp_nuts_option_count")):
         raise ValueError(
-            f"{library} has no NUTS service; build it with "
+            f"{library} has no NUTS service (or one from an older stan_dp); build it with "
             "compile_model(..., variant='reference')"
         )
     lib.sdp_nuts.restype = ctypes.c_int
@@ -92,6 +95,8 @@ def load(library: Path) -> ctypes.CDLL:
         ctypes.POINTER(ctypes.c_int), _OUT_CHARP, ctypes.POINTER(ctypes.POINTER(ctypes.c_double)),
         _OUT_CHARP, _OUT_CHARP,
     ]
+    lib.sdp_nuts_option_count.restype = ctypes.c_int
+    lib.sdp_nuts_option_count.argtypes = []
     lib.sdp_free.restype = None
     lib.sdp_free.argtypes = [ctypes.c_void_p]
     lib.sdp_stan_version.restype = ctypes.c_char_p
@@ -125,7 +130,7 @@ def run_nuts(
     threads: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> NutsOutput:
-    """Run ``chains`` chains of Stan's adaptive diagonal-metric NUTS.
+    """Run ``chains`` chains of Stan's adaptive NUTS (diagonal or dense metric: ``settings.dense``).
 
     The native call runs in a helper thread so that Ctrl-C (KeyboardInterrupt)
     in the calling thread stops the chains at their next iteration.
@@ -159,6 +164,10 @@ def run_nuts(
     stop = ctypes.c_int(0)
     progress = np.zeros(chains, dtype=np.int64)
     options = settings.as_array()
+    if lib.sdp_nuts_option_count() != options.size:   # a library built from other services
+        raise NutsError(f"the reference library reads {lib.sdp_nuts_option_count()} NUTS options, "
+                        f"this binding passes {options.size}: rebuild it (compile_model(..., "
+                        "variant='reference'))")
     n_cols = ctypes.c_int(0)
     header, messages, error = _CHARP(), _CHARP(), _CHARP()
     values = ctypes.POINTER(ctypes.c_double)()

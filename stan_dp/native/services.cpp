@@ -1,5 +1,5 @@
-// stan_dp reference-fit service: Stan's own NUTS (diagonal metric, adapted
-// warm-up) run in-process, for the non-private reference fits.
+// stan_dp reference-fit service: Stan's own NUTS (diagonal or dense metric,
+// adapted warm-up) run in-process, for the non-private reference fits.
 //
 // This translation unit does not include a model.  It calls the factory
 // `new_model` that every stanc-generated model defines, and is linked with
@@ -14,7 +14,8 @@
 //                stop, progress, &n_cols, &header, &values, &messages,
 //                &error_msg)
 //
-// runs `chains` chains of stan::services::sample::hmc_nuts_diag_e_adapt with
+// runs `chains` chains of stan::services::sample::hmc_nuts_diag_e_adapt (or
+// hmc_nuts_dense_e_adapt where the options' `dense` is nonzero) with
 // chain ids 1..chains and the one `seed` (Stan derives each chain's stream
 // from seed and chain id, exactly as CmdStan does for a multi-chain run),
 // warm-up draws saved.  On success it returns 0 and hands back malloc'ed
@@ -33,6 +34,7 @@
 #include <stan/io/empty_var_context.hpp>
 #include <stan/io/json/json_data.hpp>
 #include <stan/model/model_base.hpp>
+#include <stan/services/sample/hmc_nuts_dense_e_adapt.hpp>
 #include <stan/services/sample/hmc_nuts_diag_e_adapt.hpp>
 #include <stan/version.hpp>
 
@@ -145,11 +147,12 @@ class flag_interrupt : public stan::callbacks::interrupt {
   const int* stop_;
 };
 
-/// NUTS settings, in the order of the `options` array of sdp_nuts.
+/// NUTS settings, in the order of the `options` array of sdp_nuts; `dense`
+/// nonzero selects the dense metric (CmdStan's metric=dense_e), else diag_e.
 struct nuts_options {
   double init_radius, stepsize, stepsize_jitter, max_depth, delta, gamma, kappa,
-      t0, init_buffer, term_buffer, window;
-  static constexpr int kCount = 11;
+      t0, init_buffer, term_buffer, window, dense;
+  static constexpr int kCount = 12;
 };
 
 struct chain_result {
@@ -170,15 +173,24 @@ void run_chain(stan::model::model_base& model, unsigned int seed, unsigned int c
     stan::callbacks::writer init_writer;
     stan::callbacks::writer diagnostic_writer;
     stan::callbacks::structured_writer metric_writer;
-    // The overload without an initial metric starts from the unit metric.
-    out.return_code = stan::services::sample::hmc_nuts_diag_e_adapt(
-        model, init, seed, chain_id, o.init_radius, warmup, draws,
-        /*num_thin=*/1, /*save_warmup=*/true, /*refresh=*/0, o.stepsize,
-        o.stepsize_jitter, static_cast<int>(o.max_depth), o.delta, o.gamma, o.kappa,
-        o.t0, static_cast<unsigned int>(o.init_buffer),
-        static_cast<unsigned int>(o.term_buffer), static_cast<unsigned int>(o.window),
-        interrupt, *out.logger, init_writer, *out.writer, diagnostic_writer,
-        metric_writer);
+    // The overloads without an initial metric start from the unit metric, as
+    // CmdStan does without metric_file; both take the same arguments.
+    const auto depth = static_cast<int>(o.max_depth);
+    const auto init_buffer = static_cast<unsigned int>(o.init_buffer);
+    const auto term_buffer = static_cast<unsigned int>(o.term_buffer);
+    const auto window = static_cast<unsigned int>(o.window);
+    if (o.dense != 0.0)
+      out.return_code = stan::services::sample::hmc_nuts_dense_e_adapt(
+          model, init, seed, chain_id, o.init_radius, warmup, draws, /*num_thin=*/1,
+          /*save_warmup=*/true, /*refresh=*/0, o.stepsize, o.stepsize_jitter, depth, o.delta,
+          o.gamma, o.kappa, o.t0, init_buffer, term_buffer, window, interrupt, *out.logger,
+          init_writer, *out.writer, diagnostic_writer, metric_writer);
+    else
+      out.return_code = stan::services::sample::hmc_nuts_diag_e_adapt(
+          model, init, seed, chain_id, o.init_radius, warmup, draws, /*num_thin=*/1,
+          /*save_warmup=*/true, /*refresh=*/0, o.stepsize, o.stepsize_jitter, depth, o.delta,
+          o.gamma, o.kappa, o.t0, init_buffer, term_buffer, window, interrupt, *out.logger,
+          init_writer, *out.writer, diagnostic_writer, metric_writer);
   } catch (const std::exception& e) {
     out.failure = e.what();
   } catch (...) {
@@ -191,6 +203,9 @@ void run_chain(stan::model::model_base& model, unsigned int seed, unsigned int c
 extern "C" {
 
 void sdp_free(void* p) { std::free(p); }
+
+/// The number of doubles sdp_nuts reads from `options` (the binding checks it).
+int sdp_nuts_option_count() { return stan_dp_services::nuts_options::kCount; }
 
 /// The Stan version these services were built with, "major.minor.patch".
 const char* sdp_stan_version() {
