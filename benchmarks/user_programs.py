@@ -8,10 +8,13 @@ reparametrisation in ``user_programs/reference/<name>.stan`` where there is one)
 ``stan_dp.sample`` with no knob at each epsilon (delta = 1e-5) and noise seed, and prints one
 line per run: the worst |mean error| over
 every parameter component in reference sds (``published_models.worst_error``, with the parameter
-it is in), whether the private search settled, and whether the run raised a
-``stan_dp.UtilityWarning``.  The summary per epsilon is what the README's "What to expect"
-quotes: the median worst error, the share within 0.5 and 1, the runs beyond 10, and the quiet
-misses (beyond 0.5 without a warning).
+it is in), whether the private search settled, whether the run raised a
+``stan_dp.UtilityWarning``, and issue 13's yardstick: the information floor
+(``stan_dp.information_floor``: one ideal release of the whole budget in the posterior's own
+frame, from the raw rows) and whether the run is within its target ``max(3 floor, 0.5)``.  The
+summary per epsilon is what the README's "What to expect" quotes: the median worst error, the
+share within 0.5 and 1, the runs beyond 10, the quiet misses (beyond 0.5 without a warning), and
+the runs that missed the target, and those of them without a warning.
 
     python benchmarks/user_programs.py                      # all, epsilon 16 and 4, seeds 1 and 2
     python benchmarks/user_programs.py --programs km skewn --epsilons 4 --seeds 1 2 3
@@ -33,6 +36,7 @@ import numpy as np
 
 import stan_dp
 from stan_dp.diagnostics import RHAT_MAX
+from stan_dp.information_floor import information_floor
 from published_models import reference_rhat, worst_error   # this script's folder: the same yardstick, tested there
 
 PROGRAMS = Path(__file__).resolve().parent / "user_programs"
@@ -65,15 +69,24 @@ def reference(stan: Path, data: dict, cached: Path) -> tuple[az.InferenceData, f
     return ref, rhat
 
 
-def summary(errors: list[float], quiet: list[bool]) -> str:
-    """Median worst error, shares within 0.5 and 1, runs beyond 10 and quiet misses."""
+def target(floor: float) -> float:
+    """Issue 13's target for a run's worst error: ``max(3 floor, 0.5)`` reference sds."""
+    return max(3.0 * floor, 0.5)
+
+
+def summary(errors: list[float], quiet: list[bool], targets: list[float]) -> str:
+    """Median worst error, shares within 0.5 and 1, runs beyond 10, quiet misses, and the runs
+    beyond their target (and of those, the ones without a warning)."""
     e = np.asarray(errors)
     if not e.size:
         return "no run against a converged reference"
     misses = sum(q and x > 0.5 for x, q in zip(errors, quiet))
+    beyond = [x > t for x, t in zip(errors, targets)]
+    silent = sum(b and q for b, q in zip(beyond, quiet))
     return (f"median {np.median(e):.2f}, within 0.5: {np.mean(e <= 0.5):.0%}, within 1: "
             f"{np.mean(e <= 1.0):.0%}, beyond 10: {int(np.sum(e > 10))} of {e.size}, "
-            f"beyond 0.5 without a warning: {misses}")
+            f"beyond 0.5 without a warning: {misses}; beyond the target max(3 floor, 0.5): "
+            f"{sum(beyond)}, of them without a warning: {silent}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,8 +99,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="where the NUTS references are cached (default ./user_programs_out)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[float, tuple[list[float], list[bool]]] = {e: ([], []) for e in args.epsilons}
-    print("program      eps   seed  worst   at                settled warned  time_s")
+    results: dict[float, tuple[list[float], list[bool], list[float]]] = {e: ([], [], []) for e in args.epsilons}
+    print("program      eps   seed  worst   at                settled warned  time_s  floor   met")
     for name in args.programs:
         stan, data = PROGRAMS / f"{name}.stan", json.loads((PROGRAMS / f"{name}.json").read_text())
         twin = TWINS / f"{name}.stan"
@@ -98,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                   "its runs are printed and left out of the summary", flush=True)
         model = stan_dp.RowModel(stan, data)
         for eps in args.epsilons:
+            floor = information_floor(model, ref, eps, 1e-5)   # NOT private: the yardstick
             for seed in args.seeds:
                 t0 = time.perf_counter()
                 with warnings.catch_warnings(record=True) as caught:
@@ -109,11 +123,12 @@ def main(argv: list[str] | None = None) -> None:
                 if trusted:
                     results[eps][0].append(worst)
                     results[eps][1].append(not warned)
+                    results[eps][2].append(target(floor))
                 print(f"{name:12s} {eps:<5g} {seed:<5d} {worst:7.2f} {where:17s} "
                       f"{int(fit.posterior.attrs.get('search_settled', 0)):<7d} {str(warned):7s} "
-                      f"{elapsed:6.1f}", flush=True)
-    for eps, (errors, quiet) in results.items():
-        print(f"epsilon = {eps:g}: {summary(errors, quiet)}")
+                      f"{elapsed:6.1f}  {floor:6.3g} {str(worst <= target(floor)):5s}", flush=True)
+    for eps, (errors, quiet, targets) in results.items():
+        print(f"epsilon = {eps:g}: {summary(errors, quiet, targets)}")
 
 
 if __name__ == "__main__":
