@@ -371,7 +371,8 @@ def private_mode(
                                on_round=None if trace is None else trace.append)
         theta = far_points[-1].copy()
     initial = initial_scale_release(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
-                                    sparse_rows=True, groups=groups)
+                                    sparse_rows=True, groups=groups,
+                                    elements=np.any([m for m, _ in declared], axis=0) if declared else None)
     scale, at_floor = initial.scale, initial.at_floor
     group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
