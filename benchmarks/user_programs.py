@@ -40,6 +40,8 @@ from stan_dp.information_floor import information_floor
 from published_models import reference_rhat, worst_error   # this script's folder: the same yardstick, tested there
 
 PROGRAMS = Path(__file__).resolve().parent / "user_programs"
+DELTA = 1e-5
+"""Every run's delta (and the information floor's)."""
 TWINS = PROGRAMS / "reference"
 """Exact reparametrisations of programs whose NUTS does not converge as written (same data, the
 same parameters recovered as transformed parameters; each file says why and how): the
@@ -111,12 +113,12 @@ def main(argv: list[str] | None = None) -> None:
                   "its runs are printed and left out of the summary", flush=True)
         model = stan_dp.RowModel(stan, data)
         for eps in args.epsilons:
-            floor = information_floor(model, ref, eps, 1e-5)   # NOT private: the yardstick
+            floor = information_floor(model, ref, eps, DELTA)   # NOT private: the yardstick
             for seed in args.seeds:
                 t0 = time.perf_counter()
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    fit = stan_dp.sample(model, epsilon=eps, delta=1e-5, seed=seed, progress=False)
+                    fit = stan_dp.sample(model, epsilon=eps, delta=DELTA, seed=seed, progress=False)
                 elapsed = time.perf_counter() - t0
                 warned = any(issubclass(w.category, stan_dp.UtilityWarning) for w in caught)
                 worst, where = worst_error(fit, ref)

@@ -47,8 +47,8 @@ __all__ = ["reference_fit", "BACKENDS", "METRICS", "cmdstan_available"]
 #: Accepted values of ``backend``.
 BACKENDS: tuple[str, ...] = ("auto", "cmdstan", "offline")
 
-#: Accepted values of ``metric`` (CmdStan's ``metric=``; ``unit_e`` is not offered: it never
-#: samples a posterior better than ``diag_e`` does).
+#: Accepted values of ``metric`` (CmdStan's ``metric=``; ``unit_e``, which adapts no metric at
+#: all, is not offered: a yardstick wants the adapted one).
 METRICS: tuple[str, ...] = ("diag_e", "dense_e")
 
 #: Stan's sampler columns -> ArviZ ``sample_stats`` names (as ``from_cmdstanpy``) and dtypes.
