@@ -362,6 +362,8 @@ def private_mode(
     far_points: list[np.ndarray] = []
     declared = group_locations(density, d)   # public: read from the program (none: as before)
     groups = group_directions(declared, d)
+    # public: the declared groups' elements (all False where there are none)
+    elements = np.any([m for m, _ in declared], axis=0) if declared else np.zeros(d, dtype=bool)
     if s.far_rounds:
         far_scale, far_floor = _initial_scale(holder, theta, n_public, s, zs["far scale"], rng_noise, ledger,
                                               "far scale count", groups=groups)
@@ -372,7 +374,7 @@ def private_mode(
         theta = far_points[-1].copy()
     initial = initial_scale_release(holder, theta, n_public, s, z_q, rng_noise, ledger, "scale count",
                                     sparse_rows=True, groups=groups,
-                                    elements=np.any([m for m, _ in declared], axis=0) if declared else None)
+                                    elements=elements)
     scale, at_floor = initial.scale, initial.at_floor
     group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
@@ -398,7 +400,7 @@ def private_mode(
         frame, turned = _oriented_frame(holder, theta, frame, data_coordinates | grouped, n_public, s,
                                         zs["orientation"], zs["direction"], rng_noise, ledger,
                                         depending=depending, count_sd=initial.count_sd,
-                                        elements=np.any([m for m, _ in declared], axis=0) if declared else None)
+                                        elements=elements)
 
     rounds: list[dict[str, Any]] = []
     pull: list[np.ndarray] = []   # per round: released gradient per coordinate, in its noise sds
@@ -640,7 +642,6 @@ def private_mode(
             # "rowless" for the prior's hold: at the counts' floor and not a group's element, which
             # the program says rows depend on (a 20-row intercept whose clipped curvature read
             # within noise of 0 was sent to the group's location: _exact_prior_mode)
-            elements = np.any([m for m, _ in declared], axis=0) if declared else np.zeros(d, dtype=bool)
             mode, noise_cov, curvature = _exact_prior_mode(density, pooled, frame, s.fd_step,
                                                            rowless=~data_coordinates & ~elements)
         else:   # an unresolved pool's quadratic model is not trusted beyond its one-step estimates;
