@@ -256,8 +256,9 @@ def _without_rowless(grad: np.ndarray, hess: np.ndarray, frame: np.ndarray,
     """A near round's released data gradient and curvature (``frame`` units) with their parts
     along the ``rowless`` coordinates removed, mapped to theta space (post-processing).
 
-    ``rowless`` are a declared group's location and ``log sigma`` whose released count says no row
-    depends on them (:func:`~stan_dp.adaptation.groups.rowless_hyperparameters`): the rows' summed
+    ``rowless`` are a declared group's location and ``log sigma`` (a zero-mean group's scale too)
+    whose released count says no row depends on them
+    (:func:`~stan_dp.adaptation.groups.rowless_hyperparameters`): the rows' summed
     gradient and curvature in theta space are exactly 0 along them.  In the frame ``A`` of the
     release that says ``W' g = 0`` and ``H W = 0`` for ``W`` an orthonormal basis of the span of
     ``A^-1 e_r`` (``r`` rowless).  The release's noise is isotropic there, so the least-squares
@@ -378,8 +379,10 @@ def private_mode(
     scale, at_floor = initial.scale, initial.at_floor
     group_scale, group_at_floor, scale, at_floor = scale[d:], at_floor[d:], scale[:d], at_floor[:d]
     data_coordinates = ~at_floor
-    # a group's location and scale no row depends on: their data gradient and curvature are 0
-    rowless = rowless_hyperparameters(density, d, data_coordinates)
+    # a group's location and scale no row depends on, a zero-mean group's scale too: their data
+    # gradient and curvature are 0 (_without_rowless; docs/adaptation.md §3, "A zero-mean group's
+    # scale in the pooled rounds")
+    rowless = rowless_hyperparameters(density, d, data_coordinates, zero_mean=True)
     # a group's location and scale that no row depends on: the exact prior's scale (public)
     scale = hyperparameter_scale(density, theta, scale, at_floor, s.fd_step)
     # a group's elements too few rows depend on to count: the group's quantile over their rows
