@@ -420,6 +420,9 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
         super().__init__(y, g, groups)
         self.bounded = bool(bounded)
         self.zero_mean_hyperparameters = ((self.hierarchical_hyperparameters[0][0], (), (1,)),)
+        # a vector indexed by each row's group: an index group (its elements' first frame and the
+        # far phase's direction), as a compiled model reads a[g] without a centred statement
+        self.index_group_coordinates = (self.hierarchical_hyperparameters[0][0],)
         # mu + a[g] in every row: the ridge a compiled model reads (intercept_ridges)
         self.ridge_coordinates = ((0, self.hierarchical_hyperparameters[0][0]),)
         self.hierarchical_hyperparameters = ()

@@ -276,10 +276,12 @@ def test_a_zero_mean_group_s_scale_comes_down_where_the_search_is_unsettled():
     """Random intercepts written ``a ~ normal(0, tau)`` with ``mu`` in the likelihood
     (``ZeroMeanIntercept``, the same 1,000 rows; every run here ends unsettled), noise seeds 2-4,
     epsilon = 16, against the exact joint mode in its Laplace sds.  Declared
-    (``zero_mean_hyperparameters``), the unsettled search's expected-prior step moves ``tau``: with
-    ``tau`` on ``(0, 100)`` the worst coordinate is 1.8-4.2 off (1.8-8.6 over seeds 1-6, 4.9-8.4 at
-    epsilon = 4), with ``real<lower=0> tau`` 1.4-3.5 (1.4-5.0; 4.8-7.5); undeclared, ``tau``
-    stays near where it started: about 31 on (0, 100) (near 50), 5.4-6.3 on the log transform."""
+    (``zero_mean_hyperparameters``), the pooled rounds and the unsettled search's expected-prior
+    step move ``tau``: with ``tau`` on ``(0, 100)`` the worst coordinate is 1.2-1.5 off (0.97-1.5
+    over seeds 1-6, 2.6-9.0 at epsilon = 4), with ``real<lower=0> tau`` 1.4-1.5 (1.2-1.9;
+    1.7-2.6); undeclared, ``tau`` stays near where it started: about 31 on (0, 100) (near 50),
+    6.1-6.4 on the log transform.  (Before the replica declared its vector an index group, as a
+    compiled model reads ``a[g]``, the declared runs were 1.4-4.2 off.)"""
     y, g = radon_like_rows(0)
     for bounded, before in ((True, 25.0), (False, 5.0)):
         density = ZeroMeanIntercept(y, g, 20, bounded=bounded)
@@ -290,6 +292,7 @@ def test_a_zero_mean_group_s_scale_comes_down_where_the_search_is_unsettled():
             return [float(np.max(np.abs((traced_adaptation(density, 16.0, seed)[1].result.mode - mode) / sd)))
                     for seed in (2, 3, 4)]
 
-        assert max(worst()) < 4.5, bounded
+        assert max(worst()) < 2.5, bounded
         density.zero_mean_hyperparameters = ()
         assert min(worst()) > before, bounded
+
