@@ -601,6 +601,15 @@ def private_mode(
                 if extrapolated:
                     streak[:] = kept
                 pool[:] = kept
+                if rowless.any() and np.all(np.isfinite(pooled.curvature)) and np.all(np.isfinite(pooled.noise_cov)):
+                    # a group's location and scale, which no row depends on, at the expected
+                    # prior's mode given the pooled elements (an EM step each pooled round; the
+                    # one-step estimates move them only as far as the noise floor lets them:
+                    # docs/adaptation.md §3, "An expected-prior step in every pooled round")
+                    at_expected = hyperparameters_at_expected_mode(density, pooled, frame, s.fd_step,
+                                                                   data_coordinates)[0]
+                    if np.all(np.isfinite(at_expected)):
+                        pooled = pooled._replace(mode=at_expected)
                 move = pooled.mode - theta
                 new_frame = pooled.frame
             else:
