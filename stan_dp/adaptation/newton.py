@@ -69,8 +69,10 @@ Steps (every data access a Gaussian release written to the ledger):
    in a frame much narrower than the current one is left out of the mean,
    :func:`~stan_dp.adaptation.pooling.curvature_weights`) and their
    one-step estimates with it, precision-weighted (:func:`_pooled_estimate`);
-   the search moves to the pooled estimate, and rounds far from it in its
-   metric leave the pool.  Where that left at most half of the last run of
+   the search moves to the pooled estimate (with a declared group's location
+   and scale, which no row depends on, at the expected prior's mode given the
+   pooled elements: :func:`~stan_dp.adaptation.groups.hyperparameters_at_expected_mode`),
+   and rounds far from it in its metric leave the pool.  Where that left at most half of the last run of
    near rounds in the pool (rounds far from it by their noise alone), the
    others within their noise's reach of its estimate come back unless
    Hausman's test says they disagree with it, or they disagree among
