@@ -71,10 +71,12 @@ Steps (every data access a Gaussian release written to the ledger):
    one-step estimates with it, precision-weighted (:func:`_pooled_estimate`);
    the search moves to the pooled estimate (with a declared group's location
    and scale, which no row depends on, at the expected prior's mode given the
-   pooled elements: :func:`~stan_dp.adaptation.groups.hyperparameters_at_expected_mode`),
-   and rounds far from it in its metric leave the pool.  Where that left at most half of the last run of
-   near rounds in the pool (rounds far from it by their noise alone), the
-   others within their noise's reach of its estimate come back unless
+   pooled elements:
+   :func:`~stan_dp.adaptation.groups.hyperparameters_at_expected_mode`), and
+   rounds far from it in its metric leave the pool.  Where that left at most
+   half of the last run of near rounds in the pool (rounds far from it by
+   their noise alone), the others within their noise's reach of its estimate
+   come back unless
    Hausman's test says they disagree with it, or they disagree among
    themselves beyond their noise (:func:`_final_rounds`).  The
    final pool gives the mode, the covariance (inverse pooled curvature) and
@@ -603,7 +605,8 @@ def private_mode(
                 if extrapolated:
                     streak[:] = kept
                 pool[:] = kept
-                if rowless.any() and np.all(np.isfinite(pooled.curvature)) and np.all(np.isfinite(pooled.noise_cov)):
+                finite = np.all(np.isfinite(pooled.curvature)) and np.all(np.isfinite(pooled.noise_cov))
+                if rowless.any() and finite:
                     # a group's location and scale, which no row depends on, at the expected
                     # prior's mode given the pooled elements (an EM step each pooled round; the
                     # one-step estimates move them only as far as the noise floor lets them:
