@@ -15,6 +15,8 @@ gradient median and vote are an intercept's.  The model declares these groups
   (:mod:`stan_dp.adaptation.newton`);
 * :func:`hyperparameter_scale`, the initial scale of a group's location and scale, which no row
   depends on, from the exact prior where every element has a scale of its own;
+* :func:`pooled_mode_with_expected_hyperparameters`, in every pooled Newton round: the group's
+  location and scale at the mode of the expected prior given the pooled elements (below);
 * :func:`element_axes_widened`, where the search ends unsettled: the elements' axes of the final
   pool's frame widened to the curvature their own diagonal entries read;
 * :func:`hyperparameters_at_expected_mode`, then: the group's location and scale at the mode of
@@ -48,6 +50,7 @@ from stan_dp.density import prior_gradient
 
 __all__ = ["NO_LOCATION", "ExpectedGroupPrior", "element_axes_widened", "group_directions",
            "group_locations", "grouped_frame", "hyperparameter_scale", "hyperparameters_at_expected_mode",
+           "pooled_mode_with_expected_hyperparameters",
            "ridges_at_prior_mode", "rowless_hyperparameters"]
 
 
@@ -432,6 +435,27 @@ def hyperparameters_at_expected_mode(density: Any, pooled: _Pooled, frame: np.nd
     prior = _expected_prior(density, pooled.curvature, pooled.noise_cov, hyper)
     mode = bounded_scales_at_expected_mode(prior, pooled.mode)
     return _exact_prior_mode(prior, pooled._replace(mode=mode), frame, h, rowless=hyper, only=hyper)
+
+
+def pooled_mode_with_expected_hyperparameters(density: Any, pooled: _Pooled, frame: np.ndarray, h: float,
+                                              data_coordinates: np.ndarray) -> np.ndarray:
+    """A pooled round's estimate with each declared group's location and scale that no row depends
+    on at the expected prior's mode given the pooled elements (the mode of
+    :func:`hyperparameters_at_expected_mode`: one EM step), or ``pooled.mode`` as it is where the
+    pool's curvature or noise, or that mode, is not finite.
+
+    The Newton rounds take it in every pooled round (:func:`stan_dp.adaptation.newton.private_mode`):
+    their one-step estimates divide by eigenvalues floored at the release's noise, which moves a
+    coordinate no row depends on only as far as that floor lets it (``glmmre``'s ``sigma_b``, 13
+    posterior sds above at the start: 0.3-1 sds a round, 1,000 rows, epsilon = 16); the next round
+    is released at the moved point, so the elements answer the new scale through the prior, and
+    the next pool reads their spread again (docs/adaptation.md §3, "An expected-prior step in every
+    pooled round").  Post-processing of released values and the program.
+    """
+    if not (np.all(np.isfinite(pooled.curvature)) and np.all(np.isfinite(pooled.noise_cov))):
+        return pooled.mode
+    mode = hyperparameters_at_expected_mode(density, pooled, frame, h, data_coordinates)[0]
+    return mode if np.all(np.isfinite(mode)) else pooled.mode
 
 
 def _expected_prior(density: Any, curvature: np.ndarray, noise_cov: np.ndarray,

@@ -72,7 +72,7 @@ Steps (every data access a Gaussian release written to the ledger):
    the search moves to the pooled estimate (with a declared group's location
    and scale, which no row depends on, at the expected prior's mode given the
    pooled elements:
-   :func:`~stan_dp.adaptation.groups.hyperparameters_at_expected_mode`), and
+   :func:`~stan_dp.adaptation.groups.pooled_mode_with_expected_hyperparameters`), and
    rounds far from it in its metric leave the pool.  Where that left at most
    half of the last run of near rounds in the pool (rounds far from it by
    their noise alone), the others within their noise's reach of its estimate
@@ -120,6 +120,7 @@ from stan_dp.adaptation.far import far_phase
 from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_elements_scaled,
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
+                                       pooled_mode_with_expected_hyperparameters,
                                        ridges_at_prior_mode, rowless_hyperparameters,
                                        unpooled_bounded_scales)
 from stan_dp.adaptation.final_check import final_check
@@ -605,16 +606,11 @@ def private_mode(
                 if extrapolated:
                     streak[:] = kept
                 pool[:] = kept
-                finite = np.all(np.isfinite(pooled.curvature)) and np.all(np.isfinite(pooled.noise_cov))
-                if rowless.any() and finite:
+                if rowless.any():
                     # a group's location and scale, which no row depends on, at the expected
-                    # prior's mode given the pooled elements (an EM step each pooled round; the
-                    # one-step estimates move them only as far as the noise floor lets them:
-                    # docs/adaptation.md §3, "An expected-prior step in every pooled round")
-                    at_expected = hyperparameters_at_expected_mode(density, pooled, frame, s.fd_step,
-                                                                   data_coordinates)[0]
-                    if np.all(np.isfinite(at_expected)):
-                        pooled = pooled._replace(mode=at_expected)
+                    # prior's mode given the pooled elements (an EM step each pooled round)
+                    pooled = pooled._replace(mode=pooled_mode_with_expected_hyperparameters(
+                        density, pooled, frame, s.fd_step, data_coordinates))
                 move = pooled.mode - theta
                 new_frame = pooled.frame
             else:
