@@ -51,6 +51,15 @@ def client(cluster):
     return cluster[1]
 
 
+@pytest.fixture(autouse=True)
+def _both_workers_up(request):
+    """Before a test that uses the cluster, wait until both workers are live: on a loaded machine
+    a worker the nanny restarted was not yet up when the next test placed its shards ("the cluster
+    has no workers", seen once in CI while other jobs ran on the machine)."""
+    if "client" in request.fixturenames:
+        request.getfixturevalue("client").wait_for_workers(2, timeout=120)
+
+
 @pytest.fixture(scope="module")
 def library(compiled):
     return compiled(stan_dp.bundled_model("logistic_regression"))
