@@ -442,12 +442,13 @@ def pooled_mode_with_expected_hyperparameters(density: Any, pooled: _Pooled, fra
     """A pooled round's estimate with each declared group's location and scale that no row depends
     on at the expected prior's mode given the pooled elements (the mode of
     :func:`hyperparameters_at_expected_mode`: one EM step), or ``pooled.mode`` as it is where the
-    pool's curvature or noise, or that mode, is not finite.
+    pool's curvature or noise, or that mode, is not finite, and where the density declares no group
+    whose location or scale no row depends on.
 
     The Newton rounds take it in every pooled round (:func:`stan_dp.adaptation.newton.private_mode`):
     their one-step estimates divide by eigenvalues floored at the release's noise, which moves a
     coordinate no row depends on only as far as that floor lets it (``glmmre``'s ``sigma_b``, 13
-    posterior sds above at the start: 0.3-1 sds a round, 1,000 rows, epsilon = 16); the next round
+    posterior sds above at the start: 0.3-1 sds a round, 2,000 rows, epsilon = 16); the next round
     is released at the moved point, so the elements answer the new scale through the prior, and
     the next pool reads their spread again (docs/adaptation.md §3, "An expected-prior step in every
     pooled round").  Post-processing of released values and the program.

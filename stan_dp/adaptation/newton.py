@@ -72,13 +72,12 @@ Steps (every data access a Gaussian release written to the ledger):
    the search moves to the pooled estimate (with a declared group's location
    and scale, which no row depends on, at the expected prior's mode given the
    pooled elements:
-   :func:`~stan_dp.adaptation.groups.pooled_mode_with_expected_hyperparameters`), and
-   rounds far from it in its metric leave the pool.  Where that left at most
-   half of the last run of near rounds in the pool (rounds far from it by
-   their noise alone), the others within their noise's reach of its estimate
-   come back unless
-   Hausman's test says they disagree with it, or they disagree among
-   themselves beyond their noise (:func:`_final_rounds`).  The
+   :func:`~stan_dp.adaptation.groups.pooled_mode_with_expected_hyperparameters`),
+   and rounds far from it in its metric leave the pool.  Where that left at
+   most half of the last run of near rounds in the pool (rounds far from it
+   by their noise alone), the others within their noise's reach of its
+   estimate come back unless Hausman's test says they disagree with it, or
+   they disagree among themselves beyond their noise (:func:`_final_rounds`).  The
    final pool gives the mode, the covariance (inverse pooled curvature) and
    the noise covariance.  The search has
    *settled* when at least two rounds are pooled and the pooled curvature is
@@ -606,11 +605,10 @@ def private_mode(
                 if extrapolated:
                     streak[:] = kept
                 pool[:] = kept
-                if rowless.any():
-                    # a group's location and scale, which no row depends on, at the expected
-                    # prior's mode given the pooled elements (an EM step each pooled round)
-                    pooled = pooled._replace(mode=pooled_mode_with_expected_hyperparameters(
-                        density, pooled, frame, s.fd_step, data_coordinates))
+                # a group's location and scale, which no row depends on, at the expected prior's
+                # mode given the pooled elements (an EM step each pooled round; none declared: as is)
+                pooled = pooled._replace(mode=pooled_mode_with_expected_hyperparameters(
+                    density, pooled, frame, s.fd_step, data_coordinates))
                 move = pooled.mode - theta
                 new_frame = pooled.frame
             else:
