@@ -537,9 +537,12 @@ class ZeroRowPart:
         """Per zero-mean group, ``u ~ normal(0, sigma_u)`` with the group's intercept in the
         likelihood (rstanarm's and most users' random effects;
         ``hierarchical_statements(program, literal=True)``), ``(its vector's coordinates, (), its
-        scale's)``: as :attr:`hierarchical_hyperparameters`, without a location.  Read only where
-        the rounds end unsettled (:func:`stan_dp.adaptation.groups.hyperparameters_at_expected_mode`,
-        :func:`~stan_dp.adaptation.groups.unpooled_bounded_scales`); public: the program and the
+        scale's)``: as :attr:`hierarchical_hyperparameters`, without a location.  Read by the
+        pooled rounds (the scale no row depends on:
+        :func:`stan_dp.adaptation.groups.rowless_hyperparameters`) and where the rounds end
+        unsettled (:func:`~stan_dp.adaptation.groups.hyperparameters_at_expected_mode`,
+        :func:`~stan_dp.adaptation.groups.unpooled_bounded_scales`,
+        :func:`~stan_dp.adaptation.groups.element_axes_widened`); public: the program and the
         compiled model's names.  Empty where none, or the names are not known."""
         self._bounded_parameters()
         return self._group_entries(self._zero_mean)
