@@ -120,7 +120,8 @@ from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
                                        pooled_mode_with_expected_hyperparameters,
-                                       ridges_at_prior_mode, rowless_hyperparameters,
+                                       ridge_curvature_from_prior, ridges_at_prior_mode,
+                                       rowless_hyperparameters,
                                        unpooled_bounded_scales)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
@@ -683,6 +684,8 @@ def private_mode(
     # the rows' log likelihood is flat along an intercept ridge: the prior's maximum there, again
     # after the hyperparameters moved (they set its curvature) and wherever the check put the estimate
     mode = ridges_at_prior_mode(density, mode)
+    # and its curvature along them is the prior's, exactly (the release's is noise alone there)
+    curvature = ridge_curvature_from_prior(density, mode, curvature, frame, s.fd_step)
     covariance, frame = reported_covariance(curvature, frame)
     skew, skew_sd = np.zeros(d), np.zeros(d)
     if s.skew_share:
