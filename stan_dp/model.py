@@ -553,7 +553,9 @@ class ZeroRowPart:
         (:func:`stan_dp.stan_source.intercept_ridges`: ``mu + a[g]``), ``(the intercept's
         coordinate, the group's coordinates)``.  Moving the intercept by ``t`` and every element by
         ``-t`` leaves every row's log likelihood exactly unchanged, so the prior alone sets the
-        posterior along that direction (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`).
+        posterior along that direction: its mode there
+        (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`) and its curvature
+        (:func:`~stan_dp.adaptation.groups.ridge_curvature_from_prior`).
         Public: the program and the compiled model's names.  Empty where none, or the names are
         not known."""
         self._bounded_parameters()

@@ -501,6 +501,17 @@ def unpooled_bounded_scales(density: Any, mode: np.ndarray, curvature: np.ndarra
     return bounded_scales_at_expected_mode(_expected_prior(density, curvature, noise_cov, hyper), mode)
 
 
+def _ridge_directions(density: Any, d: int) -> list[np.ndarray]:
+    """Per intercept ridge the density declares (``ridge_coordinates``), its direction ``v``:
+    ``+1`` on the intercept, ``-1`` on every element of its group (public: the program)."""
+    out = []
+    for intercept, members in getattr(density, "ridge_coordinates", None) or ():
+        v = np.zeros(d)
+        v[int(intercept)], v[list(members)] = 1.0, -1.0
+        out.append(v)
+    return out
+
+
 def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.ndarray, frame: np.ndarray,
                                h: float) -> np.ndarray:
     """``curvature`` with its part along the density's intercept ridges set to the exact prior's.
@@ -521,15 +532,10 @@ def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.nda
     releases moved the pool's frame too and cost the estimate (docs/adaptation.md §3, "A zero-mean
     group's intercept ridge").  Post-processing of released values and the program.
     """
-    ridges = getattr(density, "ridge_coordinates", None) or ()
     d = mode.size
-    if not ridges:
+    columns = _ridge_directions(density, d)
+    if not columns:
         return curvature
-    columns = []
-    for intercept, members in ridges:
-        v = np.zeros(d)
-        v[int(intercept)], v[list(members)] = 1.0, -1.0
-        columns.append(v)
     inv_frame = np.linalg.inv(frame)
     basis, _ = np.linalg.qr(inv_frame @ np.column_stack(columns), mode="complete")
     k = len(columns)
@@ -572,9 +578,7 @@ def ridges_at_prior_mode(density: Any, mode: np.ndarray) -> np.ndarray:
     released values and the program: no release.
     """
     mode = np.array(mode, dtype=float)
-    for intercept, members in getattr(density, "ridge_coordinates", None) or ():
-        v = np.zeros(mode.size)
-        v[int(intercept)], v[list(members)] = 1.0, -1.0
+    for v in _ridge_directions(density, mode.size):
         h = 1e-4 * max(1.0, float(np.max(np.abs(mode[v != 0.0]))))
 
         def negative(t: float, base: np.ndarray = mode, v: np.ndarray = v) -> float:
