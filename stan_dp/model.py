@@ -141,6 +141,7 @@ class ZeroRowPart:
     _scales: tuple[str, ...] | None = None
     _zero_mean: dict | None = None
     _ridges: dict | None = None
+    _shifts: list | None = None
     _simplex: tuple[str, ...] | None = None
     _mixture: bool | None = None
     _indexed: dict[str, tuple[str, ...]] | None = None
@@ -566,6 +567,22 @@ class ZeroRowPart:
                 out.append((int(np.flatnonzero(location)[0]), tuple(int(j) for j in np.flatnonzero(members))))
         return tuple(out)
 
+    @property
+    def shift_coordinates(self) -> tuple[tuple[int, ...], ...]:
+        """Per vector of group effects whose every use in the likelihood is a balanced difference
+        (:func:`stan_dp.stan_source.shift_ridges`: ``ability[player1] - ability[player2]``), its
+        coordinates.  Moving every element by the same ``t`` leaves every row's log likelihood
+        exactly unchanged, so the prior alone sets the posterior along that direction, as along
+        an intercept ridge (:attr:`ridge_coordinates`).  Public: the program and the compiled
+        model's names.  Empty where none, or the names are not known."""
+        self._bounded_parameters()
+        out = []
+        for vector in self._shifts or ():
+            members = self._coordinates_of((vector,))
+            if members.sum() >= 2:
+                out.append(tuple(int(j) for j in np.flatnonzero(members)))
+        return tuple(out)
+
     def _group_entries(self, statements: dict | None) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """``(members, location, scale)`` coordinates of each statement of
         :func:`stan_dp.stan_source.hierarchical_statements` with at least two elements: its
@@ -641,7 +658,7 @@ class ZeroRowPart:
             from stan_dp.stan_source import (hierarchical_statements, intercept_ridges,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              indexed_vectors, ordered_parameters, sampled_variates,
-                                             scale_parameters, simplex_parameters,
+                                             scale_parameters, shift_ridges, simplex_parameters,
                                              standard_normal_parameters, writes_mixture)
 
             log: tuple[str, ...] = ()
@@ -654,6 +671,7 @@ class ZeroRowPart:
             scales: tuple[str, ...] = ()
             zero_mean: dict[str, HierarchicalStatement] = {}
             ridges: dict[str, str] = {}
+            shifts: list[str] = []
             mixture: bool | None = None
             indexed: dict[str, tuple[str, ...]] = {}
             standard: tuple[str, ...] = ()
@@ -669,13 +687,13 @@ class ZeroRowPart:
                     indexed, standard = indexed_vectors(program), standard_normal_parameters(program)
                     scales = scale_parameters(program)
                     zero_mean = hierarchical_statements(program, literal=True)
-                    ridges = intercept_ridges(program)
+                    ridges, shifts = intercept_ridges(program), shift_ridges(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
             self._interval, self._mixture, self._indexed, self._standard = interval, mixture, indexed, standard
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
-            self._scales, self._zero_mean, self._ridges = scales, zero_mean, ridges
+            self._scales, self._zero_mean, self._ridges, self._shifts = scales, zero_mean, ridges, shifts
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "hierarchical_locations",
     "hierarchical_statements",
     "intercept_ridges",
+    "shift_ridges",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -669,6 +670,15 @@ def _sampling_match(text: str) -> re.Match | None:
     return _SAMPLED.match(text) or _TARGET.match(text)
 
 
+def _prior_statement(stmt: Statement, m: re.Match, readable: set[str]) -> bool:
+    """Whether the sampling statement ``stmt`` (matched as ``m``) is a prior on its variate: its
+    arguments and its variate's subscript read ``readable`` names and its loops' variables only.
+    ``a[g] ~ normal(0, 1)`` with ``g`` a data array is one term per row, not a prior."""
+    loops = {m_.group(1) for header in stmt.headers if (m_ := re.match(r"\s*(\w+)\s+in\b", header))}
+    names = _identifiers(stmt.text) - _called_functions(stmt.text) - {"target", m["x"]}
+    return names <= readable | loops
+
+
 def _model_sampling_statements(program: str, families: Iterable[str] | None = None) -> Iterator[re.Match]:
     """The ``model`` block's sampling statements (``y ~ f(...)`` or ``target += f_lpdf(y | ...)``)
     of ``families`` (default: every family), each as its match (``x``, ``family``, ``args``, the
@@ -843,6 +853,72 @@ def _enclosing_sum(text: str, start: int, end: int) -> list[tuple[str, str]] | N
     return terms
 
 
+def _bare_subscript(term: str, name: str) -> bool:
+    """Whether ``term`` is ``name[...]`` and nothing more (the subscript's bracket closes at its end)."""
+    m = re.match(rf"{name}\s*\[", term)
+    return bool(m) and _match(term, m.end() - 1) == len(term) - 1
+
+
+def shift_ridges(program: str) -> list[str]:
+    """The vectors of group effects whose every use in the likelihood is a balanced difference:
+    moving every element by the same amount changes no row.
+
+    Reads a canonical program, never data.  ``["ability"]`` for ``win ~
+    bernoulli_logit(ability[player1] - ability[player2])`` (a Bradley-Terry model) with
+    ``ability`` a vector indexed by a row's data (:func:`indexed_vectors`) and its own sampling
+    statements of parameters and scalar data only (``ability ~ normal(0, 2)``, or none), where
+    every other occurrence of it in the ``model`` block is a subscript ``ability[...]`` that is a
+    whole top-level term of a sum (:func:`_enclosing_sum`) in which that vector's subscripts occur
+    as many times with ``+`` as with ``-``, and it appears neither in ``transformed parameters`` nor
+    in a loop's or branch's header.  Then every sum the rows read it through is unchanged by a
+    common shift ``t`` of its elements, and so is every row's log likelihood: along that direction
+    only the prior pulls (:attr:`stan_dp.model.ZeroRowPart.shift_coordinates`).  A use written
+    otherwise (``2 * a[i] - a[j]``, ``a[i] - a[j] + a[k]``, ``sum(a)``, a local variable) is not
+    read: no entry is the safe side.
+    """
+    blocks = program_blocks(program)
+    if "model" not in blocks:
+        return []
+    params = _declarations(program, "parameters")
+    declared = {**_declarations(program, "data"), **_declarations(program, "transformed data")}
+    readable = set(params) | {name for name, (decl, _) in declared.items()
+                              if decl.rank == 0 and not decl.array_dims}
+    transformed = program[slice(*blocks["transformed parameters"])] if "transformed parameters" in blocks else ""
+    statements = _statements(program, *blocks["model"])
+    out = []
+    for vector in indexed_vectors(program):
+        if re.search(rf"\b{vector}\b", transformed):
+            continue
+        balanced, used = True, False
+        for stmt in statements:
+            if any(re.search(rf"\b{vector}\b", header) for header in stmt.headers):
+                balanced = False
+            m = _sampling_match(stmt.text)
+            if balanced and m and m["x"] == vector:
+                balanced = _prior_statement(stmt, m, readable)
+                continue
+            for occ in re.finditer(rf"\b{vector}\b", stmt.text) if balanced else ():
+                after = _skip_ws(stmt.text, occ.end())
+                if not (after < len(stmt.text) and stmt.text[after] == "["):
+                    balanced = False
+                    break
+                text = stmt.text[occ.start():_match(stmt.text, after) + 1]
+                terms = _enclosing_sum(stmt.text, occ.start(), occ.start() + len(text))
+                if terms is None or not any(t == text for _, t in terms):
+                    balanced = False
+                    break
+                signs = [sign for sign, t in terms if _bare_subscript(t, vector)]
+                balanced = signs.count("+") == signs.count("-")
+                used = True
+                if not balanced:
+                    break
+            if not balanced:
+                break
+        if balanced and used:
+            out.append(vector)
+    return out
+
+
 def intercept_ridges(program: str) -> dict[str, str]:
     """The vectors of group effects whose every use in the likelihood sits beside a scalar
     intercept: ``{vector: intercept}``.
@@ -892,8 +968,7 @@ def intercept_ridges(program: str) -> dict[str, str]:
                 return None
             m = _sampling_match(stmt.text)
             if m and m["x"] == name:
-                args = _identifiers(m["args"]) - _called_functions(m["args"])
-                if not args <= readable:
+                if not _prior_statement(stmt, m, readable):
                     return None
                 continue
             for occ in re.finditer(rf"\b{name}\b", stmt.text):

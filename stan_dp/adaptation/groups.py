@@ -502,12 +502,18 @@ def unpooled_bounded_scales(density: Any, mode: np.ndarray, curvature: np.ndarra
 
 
 def _ridge_directions(density: Any, d: int) -> list[np.ndarray]:
-    """Per intercept ridge the density declares (``ridge_coordinates``), its direction ``v``:
-    ``+1`` on the intercept, ``-1`` on every element of its group (public: the program)."""
+    """The directions along which every row's log likelihood is exactly constant, read from the
+    program (public): per intercept ridge (``ridge_coordinates``) ``+1`` on the intercept and
+    ``-1`` on every element of its group, then per vector read only through balanced differences
+    (``shift_coordinates``) ``1`` on every element."""
     out = []
     for intercept, members in getattr(density, "ridge_coordinates", None) or ():
         v = np.zeros(d)
         v[int(intercept)], v[list(members)] = 1.0, -1.0
+        out.append(v)
+    for members in getattr(density, "shift_coordinates", None) or ():
+        v = np.zeros(d)
+        v[list(members)] = 1.0
         out.append(v)
     return out
 
@@ -516,8 +522,9 @@ def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.nda
                                h: float) -> np.ndarray:
     """``curvature`` with its part along the density's intercept ridges set to the exact prior's.
 
-    Along a ridge ``v`` (``ridge_coordinates``: ``+1`` on ``mu``, ``-1`` on every ``a_j``) every
-    row's log likelihood is exactly constant, so the rows' Hessian maps ``v`` to 0 and the
+    Along a ridge ``v`` (``ridge_coordinates``: ``+1`` on ``mu``, ``-1`` on every ``a_j``; or
+    ``shift_coordinates``: ``1`` on every element of a vector read through balanced differences,
+    :func:`_ridge_directions`) every row's log likelihood is exactly constant, so the rows' Hessian maps ``v`` to 0 and the
     posterior's negative Hessian satisfies ``P v = H_p v``, ``H_p`` the log prior's negative
     Hessian (public: the program, at the released ``mode``).  In ``frame`` units, with ``W`` an
     orthonormal basis of the span of ``frame^-1 v`` and ``U`` of its complement, the blocks
@@ -556,7 +563,9 @@ def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.nda
 
 def ridges_at_prior_mode(density: Any, mode: np.ndarray) -> np.ndarray:
     """``mode`` moved along each of the density's intercept ridges (``ridge_coordinates``) to the
-    log prior's maximum along it; unchanged where it declares none.
+    log prior's maximum along it; unchanged where it declares none.  A vector read only through
+    balanced differences (``shift_coordinates``: ``ability[p1] - ability[p2]``) is such a ridge
+    too, along ``v`` = 1 on every element (:func:`_ridge_directions`).
 
     A ridge is a vector of group effects (rstanarm's zero-mean ``a ~ normal(0, sigma_a)``, or fixed
     effects) whose every use in the likelihood is ``mu + a[g]``
