@@ -853,6 +853,19 @@ def _enclosing_sum(text: str, start: int, end: int) -> list[tuple[str, str]] | N
     return terms
 
 
+def _model_reading(program: str) -> tuple[set[str], str, list[Statement]]:
+    """What the ridge readers need of a program with a ``model`` block: the names a prior may
+    read (parameters and scalar data), the ``transformed parameters`` block's text (empty where
+    there is none) and the ``model`` block's statements."""
+    blocks = program_blocks(program)
+    params = _declarations(program, "parameters")
+    declared = {**_declarations(program, "data"), **_declarations(program, "transformed data")}
+    readable = set(params) | {name for name, (decl, _) in declared.items()
+                              if decl.rank == 0 and not decl.array_dims}
+    transformed = program[slice(*blocks["transformed parameters"])] if "transformed parameters" in blocks else ""
+    return readable, transformed, _statements(program, *blocks["model"])
+
+
 def _bare_subscript(term: str, name: str) -> bool:
     """Whether ``term`` is ``name[...]`` and nothing more (the subscript's bracket closes at its end)."""
     m = re.match(rf"{name}\s*\[", term)
@@ -866,7 +879,8 @@ def shift_ridges(program: str) -> list[str]:
     Reads a canonical program, never data.  ``["ability"]`` for ``win ~
     bernoulli_logit(ability[player1] - ability[player2])`` (a Bradley-Terry model) with
     ``ability`` a vector indexed by a row's data (:func:`indexed_vectors`) and its own sampling
-    statements of parameters and scalar data only (``ability ~ normal(0, 2)``, or none), where
+    statements priors (:func:`_prior_statement`: ``ability ~ normal(0, 2)``, element by element in
+    a loop, or none; not ``ability[g] ~ ...`` with ``g`` data, one term per row), where
     every other occurrence of it in the ``model`` block is a subscript ``ability[...]`` that is a
     whole top-level term of a sum (:func:`_enclosing_sum`) in which that vector's subscripts occur
     as many times with ``+`` as with ``-``, and it appears neither in ``transformed parameters`` nor
@@ -876,15 +890,9 @@ def shift_ridges(program: str) -> list[str]:
     otherwise (``2 * a[i] - a[j]``, ``a[i] - a[j] + a[k]``, ``sum(a)``, a local variable) is not
     read: no entry is the safe side.
     """
-    blocks = program_blocks(program)
-    if "model" not in blocks:
+    if "model" not in program_blocks(program):
         return []
-    params = _declarations(program, "parameters")
-    declared = {**_declarations(program, "data"), **_declarations(program, "transformed data")}
-    readable = set(params) | {name for name, (decl, _) in declared.items()
-                              if decl.rank == 0 and not decl.array_dims}
-    transformed = program[slice(*blocks["transformed parameters"])] if "transformed parameters" in blocks else ""
-    statements = _statements(program, *blocks["model"])
+    readable, transformed, statements = _model_reading(program)
     out = []
     for vector in indexed_vectors(program):
         if re.search(rf"\b{vector}\b", transformed):
@@ -925,8 +933,9 @@ def intercept_ridges(program: str) -> dict[str, str]:
 
     Reads a canonical program, never data.  ``{"a": "mu"}`` for ``y ~ normal(mu + a[county] + b *
     x, sigma_y)`` with ``a`` a vector indexed by a row's group (:func:`indexed_vectors`) and its
-    own sampling statements of parameters and scalar data only (rstanarm's ``a ~ normal(0,
-    sigma_a)``, fixed effects' ``a ~ normal(0, 10)``, or none), where
+    own sampling statements priors (:func:`_prior_statement`: rstanarm's ``a ~ normal(0,
+    sigma_a)``, fixed effects' ``a ~ normal(0, 10)``, or none; not ``a[g] ~ normal(0, 1)``, one
+    term per row), where
 
     * every other occurrence of ``a`` in the ``model`` block is a subscript ``a[...]`` added, as a
       top-level ``+`` term, to an expression that also adds ``mu`` bare (:func:`_enclosing_sum`);
@@ -950,11 +959,7 @@ def intercept_ridges(program: str) -> dict[str, str]:
     groups = list(indexed_vectors(program))
     if not scalars or not groups:
         return {}
-    declared = {**_declarations(program, "data"), **_declarations(program, "transformed data")}
-    readable = set(params) | {name for name, (decl, _) in declared.items()
-                              if decl.rank == 0 and not decl.array_dims}
-    transformed = program[slice(*blocks["transformed parameters"])] if "transformed parameters" in blocks else ""
-    statements = _statements(program, *blocks["model"])
+    readable, transformed, statements = _model_reading(program)
 
     def siblings(name: str, subscripted: bool = False) -> list[set[tuple[str, str]]] | None:
         """Per occurrence of ``name`` outside its own sampling statements, the terms beside it;
