@@ -524,13 +524,13 @@ def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.nda
 
     Along a ridge ``v`` (``ridge_coordinates``: ``+1`` on ``mu``, ``-1`` on every ``a_j``; or
     ``shift_coordinates``: ``1`` on every element of a vector read through balanced differences,
-    :func:`_ridge_directions`) every row's log likelihood is exactly constant, so the rows' Hessian maps ``v`` to 0 and the
-    posterior's negative Hessian satisfies ``P v = H_p v``, ``H_p`` the log prior's negative
-    Hessian (public: the program, at the released ``mode``).  In ``frame`` units, with ``W`` an
-    orthonormal basis of the span of ``frame^-1 v`` and ``U`` of its complement, the blocks
-    ``P_WW`` and ``P_UW`` become the prior's and ``P_UU`` stays.  Unchanged where the density
-    declares no ridge, where the prior does not hold the ridges (``H_WW`` not positive definite:
-    flat priors on ``mu`` and the effects), or where the result is not positive definite.
+    :func:`_ridge_directions`) every row's log likelihood is exactly constant, so the rows' Hessian
+    maps ``v`` to 0 and the posterior's negative Hessian satisfies ``P v = H_p v``, ``H_p`` the log
+    prior's negative Hessian (public: the program, at the released ``mode``).  In ``frame`` units,
+    with ``W`` an orthonormal basis of the span of ``frame^-1 v`` and ``U`` of its complement, the
+    blocks ``P_WW`` and ``P_UW`` become the prior's and ``P_UU`` stays.  Unchanged where the
+    density declares no ridge, where the prior does not hold the ridges (``H_WW`` not positive
+    definite: flat priors on ``mu`` and the effects), or where the result is not positive definite.
 
     Why: the released curvature along ``v`` is noise alone, and the pool's noise floor holds it to
     the frame's scale, far narrower than the prior's ``sigma_a / sqrt(J)``: the replica
