@@ -140,8 +140,7 @@ class ZeroRowPart:
     _sampled: tuple[tuple[str, str], ...] | None = None
     _scales: tuple[str, ...] | None = None
     _zero_mean: dict | None = None
-    _ridges: dict | None = None
-    _shifts: list | None = None
+    _flat: list | None = None
     _simplex: tuple[str, ...] | None = None
     _mixture: bool | None = None
     _indexed: dict[str, tuple[str, ...]] | None = None
@@ -549,38 +548,27 @@ class ZeroRowPart:
         return self._group_entries(self._zero_mean)
 
     @property
-    def ridge_coordinates(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        """Per vector of group effects whose every use in the likelihood adds a scalar intercept
-        (:func:`stan_dp.stan_source.intercept_ridges`: ``mu + a[g]``), ``(the intercept's
-        coordinate, the group's coordinates)``.  Moving the intercept by ``t`` and every element by
-        ``-t`` leaves every row's log likelihood exactly unchanged, so the prior alone sets the
-        posterior along that direction: its mode there
+    def flat_directions(self) -> tuple[np.ndarray, ...]:
+        """The directions along which every row's log likelihood is exactly constant, as the
+        program writes it (:func:`stan_dp.stan_source.flat_directions`), each a vector of shape
+        ``(dim,)``: a parameter's coefficient on each of its unconstrained coordinates.  An
+        intercept ridge (``mu + a[g]``: ``+1`` on ``mu``, ``-1`` on every ``a_j``), a vector read
+        only through balanced differences (``ability[p1] - ability[p2]``: ``1`` on every element),
+        crossed factors (``a[site] + c[year]``: ``+1`` on ``a``, ``-1`` on ``c``).  The prior alone
+        sets the posterior along them: its mode there
         (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`) and its curvature
-        (:func:`~stan_dp.adaptation.groups.ridge_curvature_from_prior`).
-        Public: the program and the compiled model's names.  Empty where none, or the names are
-        not known."""
+        (:func:`~stan_dp.adaptation.groups.ridge_curvature_from_prior`).  Public: the program
+        and the compiled model's names.  Empty where none, or the names are not known."""
         self._bounded_parameters()
         out = []
-        for vector, intercept in (self._ridges or {}).items():
-            members, location = self._coordinates_of((vector,)), self._coordinates_of((intercept,))
-            if members.sum() >= 2 and location.sum() == 1:
-                out.append((int(np.flatnonzero(location)[0]), tuple(int(j) for j in np.flatnonzero(members))))
-        return tuple(out)
-
-    @property
-    def shift_coordinates(self) -> tuple[tuple[int, ...], ...]:
-        """Per vector of group effects whose every use in the likelihood is a balanced difference
-        (:func:`stan_dp.stan_source.shift_ridges`: ``ability[player1] - ability[player2]``), its
-        coordinates.  Moving every element by the same ``t`` leaves every row's log likelihood
-        exactly unchanged, so the prior alone sets the posterior along that direction, as along
-        an intercept ridge (:attr:`ridge_coordinates`).  Public: the program and the compiled
-        model's names.  Empty where none, or the names are not known."""
-        self._bounded_parameters()
-        out = []
-        for vector in self._shifts or ():
-            members = self._coordinates_of((vector,))
-            if members.sum() >= 2:
-                out.append(tuple(int(j) for j in np.flatnonzero(members)))
+        for direction in self._flat or ():
+            v = np.zeros(self.dim)
+            members = [(self._coordinates_of((name,)), coefficient) for name, coefficient in direction.items()]
+            if all(m.any() for m, _ in members):   # a parameter left out would leave it not flat
+                for m, coefficient in members:
+                    v[m] = float(coefficient)
+                v.setflags(write=False)
+                out.append(v)
         return tuple(out)
 
     def _group_entries(self, statements: dict | None) -> tuple[tuple[tuple[int, ...], ...], ...]:
@@ -655,10 +643,10 @@ class ZeroRowPart:
         """``(log_transformed_parameters, logit_transformed_parameters, ordered_parameters)``,
         from one reading of the program (cached)."""
         if self._log_transformed is None or self._logit_transformed is None or self._ordered is None:
-            from stan_dp.stan_source import (hierarchical_statements, intercept_ridges,
+            from stan_dp.stan_source import (flat_directions, hierarchical_statements,
                                              log_transformed_parameters, logit_transformed_parameters,
                                              indexed_vectors, ordered_parameters, sampled_variates,
-                                             scale_parameters, shift_ridges, simplex_parameters,
+                                             scale_parameters, simplex_parameters,
                                              standard_normal_parameters, writes_mixture)
 
             log: tuple[str, ...] = ()
@@ -670,8 +658,7 @@ class ZeroRowPart:
             simplex: tuple[str, ...] = ()
             scales: tuple[str, ...] = ()
             zero_mean: dict[str, HierarchicalStatement] = {}
-            ridges: dict[str, str] = {}
-            shifts: list[str] = []
+            flat: list[dict[str, int]] = []
             mixture: bool | None = None
             indexed: dict[str, tuple[str, ...]] = {}
             standard: tuple[str, ...] = ()
@@ -687,13 +674,13 @@ class ZeroRowPart:
                     indexed, standard = indexed_vectors(program), standard_normal_parameters(program)
                     scales = scale_parameters(program)
                     zero_mean = hierarchical_statements(program, literal=True)
-                    ridges, shifts = intercept_ridges(program), shift_ridges(program)
+                    flat = flat_directions(program)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered
             self._interval, self._mixture, self._indexed, self._standard = interval, mixture, indexed, standard
             self._hierarchical, self._sampled, self._simplex = hierarchical, sampled, simplex
-            self._scales, self._zero_mean, self._ridges, self._shifts = scales, zero_mean, ridges, shifts
+            self._scales, self._zero_mean, self._flat = scales, zero_mean, flat
         return self._log_transformed, self._logit_transformed, self._ordered
 
 

@@ -31,6 +31,7 @@ import math
 import re
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,8 +47,7 @@ __all__ = [
     "HierarchicalStatement",
     "hierarchical_locations",
     "hierarchical_statements",
-    "intercept_ridges",
-    "shift_ridges",
+    "flat_directions",
     "analyse_transformed_data",
     "override_program",
     "public_data_names",
@@ -853,17 +853,18 @@ def _enclosing_sum(text: str, start: int, end: int) -> list[tuple[str, str]] | N
     return terms
 
 
-def _model_reading(program: str) -> tuple[set[str], str, list[Statement]]:
-    """What the ridge readers need of a program with a ``model`` block: the names a prior may
-    read (parameters and scalar data), the ``transformed parameters`` block's text (empty where
-    there is none) and the ``model`` block's statements."""
+def _model_reading(program: str) -> tuple[set[str], list[Statement]]:
+    """What :func:`flat_directions` reads of a program with a ``model`` block: the names a prior
+    may read (parameters and scalar data) and the statements of ``transformed parameters`` (where
+    there is one) and ``model``, in program order."""
     blocks = program_blocks(program)
     params = _declarations(program, "parameters")
     declared = {**_declarations(program, "data"), **_declarations(program, "transformed data")}
     readable = set(params) | {name for name, (decl, _) in declared.items()
                               if decl.rank == 0 and not decl.array_dims}
-    transformed = program[slice(*blocks["transformed parameters"])] if "transformed parameters" in blocks else ""
-    return readable, transformed, _statements(program, *blocks["model"])
+    statements = [stmt for block in ("transformed parameters", "model") if block in blocks
+                  for stmt in _statements(program, *blocks[block])]
+    return readable, statements
 
 
 def _bare_subscript(term: str, name: str) -> bool:
@@ -872,136 +873,136 @@ def _bare_subscript(term: str, name: str) -> bool:
     return bool(m) and _match(term, m.end() - 1) == len(term) - 1
 
 
-def shift_ridges(program: str) -> list[str]:
-    """The vectors of group effects whose every use in the likelihood is a balanced difference:
-    moving every element by the same amount changes no row.
-
-    Reads a canonical program, never data.  ``["ability"]`` for ``win ~
-    bernoulli_logit(ability[player1] - ability[player2])`` (a Bradley-Terry model) with
-    ``ability`` a vector indexed by a row's data (:func:`indexed_vectors`) and its own sampling
-    statements priors (:func:`_prior_statement`: ``ability ~ normal(0, 2)``, element by element in
-    a loop, or none; not ``ability[g] ~ ...`` with ``g`` data, one term per row), where
-    every other occurrence of it in the ``model`` block is a subscript ``ability[...]`` that is a
-    whole top-level term of a sum (:func:`_enclosing_sum`) in which that vector's subscripts occur
-    as many times with ``+`` as with ``-``, and it appears neither in ``transformed parameters`` nor
-    in a loop's or branch's header.  Then every sum the rows read it through is unchanged by a
-    common shift ``t`` of its elements, and so is every row's log likelihood: along that direction
-    only the prior pulls (:attr:`stan_dp.model.ZeroRowPart.shift_coordinates`).  A use written
-    otherwise (``2 * a[i] - a[j]``, ``a[i] - a[j] + a[k]``, ``sum(a)``, a local variable) is not
-    read: no entry is the safe side.
-    """
-    if "model" not in program_blocks(program):
-        return []
-    readable, transformed, statements = _model_reading(program)
-    out = []
-    for vector in indexed_vectors(program):
-        if re.search(rf"\b{vector}\b", transformed):
+def _null_space(equations: list[list[int]], size: int) -> list[list[Fraction]]:
+    """A basis of the rational null space of the integer ``equations`` (rows of length ``size``):
+    reduced row echelon form by exact elimination, one basis vector per free column (1 there,
+    minus the pivots' entries of that column at the pivot columns), in column order."""
+    rows = [[Fraction(c) for c in row] for row in equations]
+    pivots: list[int] = []
+    r = 0
+    for col in range(size):
+        hit = next((i for i in range(r, len(rows)) if rows[i][col] != 0), None)
+        if hit is None:
             continue
-        balanced, used = True, False
-        for stmt in statements:
-            if any(re.search(rf"\b{vector}\b", header) for header in stmt.headers):
-                balanced = False
-            m = _sampling_match(stmt.text)
-            if balanced and m and m["x"] == vector:
-                balanced = _prior_statement(stmt, m, readable)
-                continue
-            for occ in re.finditer(rf"\b{vector}\b", stmt.text) if balanced else ():
-                after = _skip_ws(stmt.text, occ.end())
+        rows[r], rows[hit] = rows[hit], rows[r]
+        rows[r] = [c / rows[r][col] for c in rows[r]]
+        for i in range(len(rows)):
+            if i != r and rows[i][col] != 0:
+                factor = rows[i][col]
+                rows[i] = [a - factor * b for a, b in zip(rows[i], rows[r])]
+        pivots.append(col)
+        r += 1
+    basis = []
+    for free in (col for col in range(size) if col not in pivots):
+        v = [Fraction(0)] * size
+        v[free] = Fraction(1)
+        for i, col in enumerate(pivots):
+            v[col] = -rows[i][free]
+        basis.append(v)
+    return basis
+
+
+def _sum_uses(name: str, subscripted: bool, statements: list[Statement],
+              readable: set[str]) -> dict[tuple[int, int], list[tuple[str, str]]] | None:
+    """Every sum ``name`` is a whole top-level term of in ``statements`` (:func:`flat_directions`),
+    keyed by ``(statement, the sum's left delimiter)``: ``{key: its terms}``.  Its own sampling
+    statements are skipped where they are priors (:func:`_prior_statement`); None where one is
+    not, where ``name`` is in a header, or where an occurrence is not such a term (bare; with
+    ``subscripted``, a bare subscript ``name[...]``)."""
+    uses: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for k, stmt in enumerate(statements):
+        if any(re.search(rf"\b{name}\b", header) for header in stmt.headers):
+            return None
+        m = _sampling_match(stmt.text)
+        if m and m["x"] == name:
+            if not _prior_statement(stmt, m, readable):
+                return None
+            continue
+        for occ in re.finditer(rf"\b{name}\b", stmt.text):
+            end = occ.end()
+            if subscripted:
+                after = _skip_ws(stmt.text, end)
                 if not (after < len(stmt.text) and stmt.text[after] == "["):
-                    balanced = False
-                    break
-                text = stmt.text[occ.start():_match(stmt.text, after) + 1]
-                terms = _enclosing_sum(stmt.text, occ.start(), occ.start() + len(text))
-                if terms is None or not any(t == text for _, t in terms):
-                    balanced = False
-                    break
-                signs = [sign for sign, t in terms if _bare_subscript(t, vector)]
-                balanced = signs.count("+") == signs.count("-")
-                used = True
-                if not balanced:
-                    break
-            if not balanced:
-                break
-        if balanced and used:
-            out.append(vector)
-    return out
+                    return None
+                end = _match(stmt.text, after) + 1
+            terms = _enclosing_sum(stmt.text, occ.start(), end)
+            if terms is None or not any(t == stmt.text[occ.start():end] for _, t in terms):
+                return None
+            uses[(k, _delimiter(stmt.text, occ.start() - 1, -1, ",|=~"))] = terms
+    return uses
 
 
-def intercept_ridges(program: str) -> dict[str, str]:
-    """The vectors of group effects whose every use in the likelihood sits beside a scalar
-    intercept: ``{vector: intercept}``.
+def flat_directions(program: str) -> list[dict[str, int]]:
+    """The directions along which every row's log likelihood is exactly constant, as the program
+    writes it: each ``{parameter: integer coefficient}``, moving every unconstrained coordinate of
+    each named parameter by its coefficient times ``t``.
 
-    Reads a canonical program, never data.  ``{"a": "mu"}`` for ``y ~ normal(mu + a[county] + b *
-    x, sigma_y)`` with ``a`` a vector indexed by a row's group (:func:`indexed_vectors`) and its
-    own sampling statements priors (:func:`_prior_statement`: rstanarm's ``a ~ normal(0,
-    sigma_a)``, fixed effects' ``a ~ normal(0, 10)``, or none; not ``a[g] ~ normal(0, 1)``, one
-    term per row), where
+    Reads a canonical program, never data.  The candidates are the scalar ``real`` parameters
+    without a constraint and the vectors of group effects (:func:`indexed_vectors`: unconstrained,
+    indexed by an integer data array), each coordinate its own unconstrained value.  A candidate is
+    kept where
 
-    * every other occurrence of ``a`` in the ``model`` block is a subscript ``a[...]`` added, as a
-      top-level ``+`` term, to an expression that also adds ``mu`` bare (:func:`_enclosing_sum`);
-    * every occurrence of ``mu`` is such a term beside an ``a[...]``, except in its own sampling
-      statements (``mu ~ normal(0, 10)``), whose arguments too read parameters and scalar data only;
-    * ``mu`` is a scalar ``real`` without a constraint (its unconstrained coordinate is itself),
-      and neither name appears in ``transformed parameters`` or in a loop's or branch's header.
+    * its own sampling statements in ``model`` are priors (:func:`_prior_statement`:
+      ``a ~ normal(0, sigma_a)``, element by element in a loop, or none; not ``a[g] ~ ...`` with
+      ``g`` data, one term per row);
+    * every other occurrence of it in ``transformed parameters`` and ``model`` is a whole
+      top-level term of a sum (:func:`_enclosing_sum`), bare for a scalar (``mu``) and a bare
+      subscript for a vector (``a[g]``), with ``+`` or ``-``;
+    * it is in no loop's or branch's header, and it has at least one such use.
 
-    Then every row's log likelihood depends on ``mu`` and ``a`` through ``mu + a[g]`` alone, and
-    moving ``mu`` by ``t`` and every ``a_j`` by ``-t`` leaves every row's log likelihood exactly
-    unchanged: along that ridge only the prior pulls
-    (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`).  A program that writes the sum
-    otherwise (``mu - a[g]``, ``2 * mu``, a local variable) is not read: no entry is the safe side.
+    Each sum it occurs in is unchanged by a move ``t c`` (``c`` the coefficients) exactly where
+    its candidate terms' signed coefficients add up to zero (a vector's subscript moves by its
+    coefficient whichever element it picks); every expression built from unchanged sums is
+    unchanged, and so is every row.  The directions are a basis of the null space of those
+    equations (:func:`_null_space`; the scalars first, then the vectors, so that each direction has
+    ``1`` on one vector), scaled to coprime integers with the first nonzero one positive:
+
+    * ``mu + a[county]`` gives ``{"mu": 1, "a": -1}`` (an intercept ridge: rstanarm's zero-mean
+      group, or fixed effects beside an intercept);
+    * ``ability[p1] - ability[p2]`` gives ``{"ability": 1}`` (Bradley-Terry: a common shift);
+    * ``eta = a[site] + c[year]`` in ``transformed parameters`` gives ``{"a": 1, "c": -1}``
+      (crossed factors without an intercept);
+    * ``mu + a[g] + b[h]`` gives two: ``{"mu": 1, "a": -1}`` and ``{"mu": 1, "b": -1}``.
+
+    Along each, only the prior pulls: the mode there is the prior's
+    (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`) and so is the curvature
+    (:func:`~stan_dp.adaptation.groups.ridge_curvature_from_prior`).  A use written otherwise
+    (``2 * a[i]``, ``a[i] * x``, ``sum(a)``, a condition, a compound assignment's right side) drops
+    that candidate from every direction: a missed direction is the safe side, a wrong one is not.
     """
     blocks = program_blocks(program)
     if "model" not in blocks:
-        return {}
+        return []
     params = _declarations(program, "parameters")
     scalars = [name for name, (decl, _) in params.items()
                if not decl.constraint.strip() and decl.rank == 0 and decl.base == "real"]
-    groups = list(indexed_vectors(program))
-    if not scalars or not groups:
-        return {}
-    readable, transformed, statements = _model_reading(program)
+    candidates = scalars + [name for name in indexed_vectors(program) if name not in scalars]
+    if not candidates:
+        return []
+    readable, statements = _model_reading(program)
+    sums: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    kept = []
+    for name in candidates:
+        uses = _sum_uses(name, name not in scalars, statements, readable)
+        if uses:
+            kept.append(name)
+            sums.update(uses)
+    if not kept:
+        return []
 
-    def siblings(name: str, subscripted: bool = False) -> list[set[tuple[str, str]]] | None:
-        """Per occurrence of ``name`` outside its own sampling statements, the terms beside it;
-        None where one is not a ``+`` term (``subscripted``: or is not subscripted), or ``name``
-        is in a header or transformed parameters."""
-        if re.search(rf"\b{name}\b", transformed):
-            return None
-        found = []
-        for stmt in statements:
-            if any(re.search(rf"\b{name}\b", header) for header in stmt.headers):
-                return None
-            m = _sampling_match(stmt.text)
-            if m and m["x"] == name:
-                if not _prior_statement(stmt, m, readable):
-                    return None
-                continue
-            for occ in re.finditer(rf"\b{name}\b", stmt.text):
-                end = occ.end()
-                after = _skip_ws(stmt.text, end)
-                if after < len(stmt.text) and stmt.text[after] == "[":
-                    end = _match(stmt.text, after) + 1
-                elif subscripted:
-                    return None
-                terms = _enclosing_sum(stmt.text, occ.start(), end)
-                term = ("+", stmt.text[occ.start():end].strip())
-                if terms is None or term not in terms:
-                    return None
-                found.append({t for t in terms if t != term})
-        return found
+    def coefficient(name: str, term: str) -> bool:
+        return term == name if name in scalars else _bare_subscript(term, name)
 
-    out: dict[str, str] = {}
-    for vector in groups:
-        beside = siblings(vector, subscripted=True)
-        if not beside:
-            continue
-        for mu in scalars:
-            uses = siblings(mu)
-            if (uses and all(("+", mu) in terms for terms in beside)
-                    and all(any(s == "+" and re.fullmatch(rf"{vector}\s*\[.*\]", t, re.S) for s, t in terms)
-                            for terms in uses)):
-                out[vector] = mu
-                break
+    equations = [[sum((1 if sign == "+" else -1) for sign, term in terms if coefficient(name, term))
+                  for name in kept] for terms in sums.values()]
+    out = []
+    for v in _null_space(equations, len(kept)):
+        scale = math.lcm(*(c.denominator for c in v))
+        ints = [int(c * scale) for c in v]
+        g = math.gcd(*ints)
+        first = next(c for c in ints if c != 0)
+        ints = [c // g * (1 if first > 0 else -1) for c in ints]
+        out.append({name: c for name, c in zip(kept, ints) if c != 0})
     return out
 
 

@@ -410,7 +410,7 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
     ``y_i ~ N(mu + a[g_i], sigma)``, ``a_j ~ N(0, tau)`` (the group's intercept ``mu`` in the
     likelihood, the elements' statement without a location).  Same coordinates; it declares the
     group without a location (``zero_mean_hyperparameters`` ``(members, (), (tau,))``, and no
-    centred group) and its intercept ridge (``ridge_coordinates``: ``mu`` +1, every ``a_j`` -1), as a
+    centred group) and its intercept ridge (``flat_directions``: ``mu`` +1, every ``a_j`` -1), as a
     compiled model reads such a program.  ``bounded=False``:
     ``tau`` and ``sigma`` declared ``real<lower=0>`` instead (coordinates ``log tau``,
     ``log sigma``; flat priors)."""
@@ -424,8 +424,10 @@ class ZeroMeanIntercept(BoundedVaryingIntercept):
         # a vector indexed by each row's group: an index group (its elements' first frame and the
         # far phase's direction), as a compiled model reads a[g] without a centred statement
         self.index_group_coordinates = (self.hierarchical_hyperparameters[0][0],)
-        # mu + a[g] in every row: the ridge a compiled model reads (intercept_ridges)
-        self.ridge_coordinates = ((0, self.hierarchical_hyperparameters[0][0]),)
+        # mu + a[g] in every row: the ridge a compiled model reads (flat_directions)
+        ridge = np.zeros(self.dim)
+        ridge[0], ridge[list(self.hierarchical_hyperparameters[0][0])] = 1.0, -1.0
+        self.flat_directions = (ridge,)
         self.hierarchical_hyperparameters = ()
         self.hierarchical_coordinates = ()
         if not self.bounded:

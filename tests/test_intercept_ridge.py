@@ -3,7 +3,7 @@
 ``y ~ normal(mu + a[g] + b * x, sigma)`` depends on ``mu`` and the group effects ``a`` only
 through ``mu + a[g]``, so moving ``mu`` by ``t`` and every ``a_j`` by ``-t`` leaves every row's
 log likelihood exactly unchanged.  The program says so (public:
-:func:`stan_dp.stan_source.intercept_ridges`, :attr:`stan_dp.model.ZeroRowPart.ridge_coordinates`),
+:func:`stan_dp.stan_source.flat_directions`, :attr:`stan_dp.model.ZeroRowPart.flat_directions`),
 and the private search puts its estimate at the log prior's maximum along that direction
 (:func:`stan_dp.adaptation.groups.ridges_at_prior_mode`): the rows' released gradient there is
 noise.  Checked: the program reading on the forms users write and on the forms that must not be
@@ -21,7 +21,7 @@ import pytest
 
 import stan_dp
 from stan_dp.adaptation import groups
-from stan_dp.stan_source import _enclosing_sum, intercept_ridges, shift_ridges
+from stan_dp.stan_source import _enclosing_sum, _null_space, flat_directions
 from densities import ZeroMeanIntercept, radon_like_rows
 from conftest import stan_test_model, traced_adaptation
 
@@ -29,8 +29,11 @@ DATA = "data { int N; int J; array[N] int<lower=1, upper=J> g; vector[N] x; vect
 PARAMS = "parameters { real mu; vector[J] a; real b; real<lower=0> sigma; real<lower=0> tau; }\n"
 
 
-def _read(model: str, params: str = PARAMS, extra: str = "") -> dict[str, str]:
-    return intercept_ridges(DATA + extra + params + "model { " + model + " }")
+def _read(model: str, params: str = PARAMS, extra: str = "") -> list[dict[str, int]]:
+    return flat_directions(DATA + extra + params + "model { " + model + " }")
+
+
+RIDGE = [{"mu": 1, "a": -1}]
 
 
 @pytest.mark.parametrize("model", [
@@ -40,19 +43,32 @@ def _read(model: str, params: str = PARAMS, extra: str = "") -> dict[str, str]:
     "target += normal_lpdf(y | mu + a[g], sigma);",                      # no prior on a: fixed effects
     "y ~ normal(exp(1e-3 * x + mu + a[g]), sigma);",                     # inside a call; an exponent
     "y ~ normal((mu + a[g]) * b, sigma);",                               # the sum in brackets
+    "y ~ normal(mu + a[g], sigma); x ~ normal(mu + a[g] + b, 1);",       # two sums, both balanced
 ])
 def test_the_reading_finds_an_intercept_beside_every_use(model):
-    assert _read(model) == {"a": "mu"}
+    assert _read(model) == RIDGE
+
+
+@pytest.mark.parametrize("model, expected, why", [
+    ("y ~ normal(mu - a[g], sigma);", [{"mu": 1, "a": 1}], "a subtracted: both move together"),
+    ("y ~ normal(mu + a[g] + a[g], sigma);", [{"mu": 2, "a": -1}], "a twice in the sum"),
+    ("y ~ normal(mu + a[g], sigma); x ~ normal(-mu - a[g], 1);", RIDGE, "the sum negated"),
+])
+def test_the_reading_weighs_each_term_by_its_sign_and_count(model, expected, why):
+    """Each sum gives the equation ``sum of signed coefficients = 0``: ``mu - a[g]`` is flat along
+    ``mu`` +1, ``a`` +1, and ``mu + 2 a[g]`` along ``mu`` +2, ``a`` -1 (the intercept ridge's
+    ``+1, -1`` would move it by ``-t``)."""
+    assert _read(model) == expected, why
 
 
 @pytest.mark.parametrize("model, why", [
-    ("y ~ normal(mu - a[g], sigma);", "a subtracted"),
     ("y ~ normal(2 * mu + a[g], sigma);", "mu scaled"),
     ("y ~ normal(mu + a[g] * x, sigma);", "a scaled"),
     ("y ~ normal(mu + a[g], exp(mu));", "mu in the scale too"),
     ("y ~ normal(mu + a[g], sigma); sum(a) ~ normal(0, 0.01);", "a bare elsewhere"),
     ("y ~ normal(mu + a[g], sigma); b ~ normal(mu, 1);", "mu elsewhere"),
     ("y ~ normal(mu + a[g], sigma); x ~ normal(a[g], 1);", "a without mu"),
+    ("y ~ normal(mu + a[g], sigma); x ~ normal(mu + a[g] + a[g], 1);", "sums that disagree"),
     ("if (mu > 0) y ~ normal(mu + a[g], sigma);", "mu in a condition"),
     ("y ~ normal(mu + a[g], sigma); mu ~ normal(mean(y), 1);", "mu's prior reads the rows"),
     ("y ~ normal(mu + a[g], sigma); a ~ normal(x[1], tau);", "a's prior reads a row"),
@@ -60,15 +76,61 @@ def test_the_reading_finds_an_intercept_beside_every_use(model):
     ("a[g] ~ normal(0, 1); y ~ normal(mu + a[g], sigma);", "a's statement is one term per row"),
 ])
 def test_the_reading_refuses_a_use_it_cannot_prove_flat(model, why):
-    assert _read(model) == {}, why
+    assert _read(model) == [], why
 
 
-def test_the_reading_refuses_a_constrained_intercept_or_a_transformed_parameter():
+def test_the_reading_refuses_a_constrained_intercept_or_one_a_transformed_parameter_scales():
     model = "a ~ normal(0, tau); y ~ normal(mu + a[g], sigma);"
-    assert _read(model, PARAMS.replace("real mu;", "real<lower=0> mu;")) == {}
-    assert _read(model, PARAMS.replace("real mu;", "real<offset=1, multiplier=2> mu;")) == {}
+    assert _read(model, PARAMS.replace("real mu;", "real<lower=0> mu;")) == []
+    assert _read(model, PARAMS.replace("real mu;", "real<offset=1, multiplier=2> mu;")) == []
     tp = PARAMS + "transformed parameters { real m2 = 2 * mu; }\n"
-    assert _read(model, tp) == {}
+    assert _read(model, tp) == []
+
+
+CROSSED = ("data { int N; int J; int K; array[N] int<lower=1, upper=J> site;\n"
+           "  array[N] int<lower=1, upper=K> year; vector[N] y; }\n"
+           "parameters { real mu; vector[J] a; vector[K] c; real<lower=0> sigma; }\n")
+
+
+@pytest.mark.parametrize("body, expected", [
+    # crossed factors without an intercept, through a transformed parameter (the user program `cross`)
+    ("transformed parameters { vector[N] eta = a[site] + c[year]; } model { y ~ normal(eta, sigma); }",
+     [{"a": 1, "c": -1}]),
+    # the same in a loop, in the model block's local variable
+    ("model { vector[N] eta; for (n in 1:N) { eta[n] = a[site[n]] + c[year[n]]; } y ~ normal(eta, sigma); }",
+     [{"a": 1, "c": -1}]),
+    # with an intercept: two directions, one per factor
+    ("model { a ~ normal(0, 1); c ~ normal(0, 1); y ~ normal(mu + a[site] + c[year], sigma); }",
+     [{"mu": 1, "a": -1}, {"mu": 1, "c": -1}]),
+    # a difference of the two factors: they move together
+    ("model { y ~ normal(a[site] - c[year], sigma); }", [{"a": 1, "c": 1}]),
+    # mu used alone in a second statement: only the crossed direction is left
+    ("model { y ~ normal(mu + a[site] + c[year], sigma); mu ~ normal(0, 1); sigma ~ normal(mu, 1); }",
+     [{"a": 1, "c": -1}]),
+])
+def test_the_reading_finds_every_flat_direction_of_crossed_factors(body, expected):
+    assert flat_directions(CROSSED + body) == expected
+
+
+@pytest.mark.parametrize("body", [
+    "transformed parameters { vector[N] eta = a[site] + c[year]; real m = 2 * c[1]; } "
+    "model { y ~ normal(eta, sigma); }",
+    "transformed parameters { vector[N] eta = a[site] .* c[year]; } model { y ~ normal(eta, sigma); }",
+    "model { vector[N] eta = a[site]; eta += c[year]; y ~ normal(eta, sigma); }",   # not read as one sum
+    "model { for (n in 1:N) { if (a[site[n]] > 0) y[n] ~ normal(a[site[n]] + c[year[n]], sigma); } }",
+])
+def test_the_reading_refuses_crossed_factors_it_cannot_prove_flat(body):
+    assert flat_directions(CROSSED + body) == []
+
+
+def test_the_null_space_against_a_known_basis():
+    """Exact elimination: ``x + y + z = 0`` and ``y - z = 0`` leave ``(-2, 1, 1)``; no equation leaves
+    every unit vector; a full-rank system leaves nothing."""
+    (v,) = _null_space([[1, 1, 1], [0, 1, -1]], 3)
+    assert [float(c) for c in v] == [-2.0, 1.0, 1.0]
+    assert _null_space([], 2) == [[1, 0], [0, 1]]
+    assert _null_space([[1, 0], [1, 1]], 2) == []
+    assert _null_space([[0, 0], [2, 0]], 2) == [[0, 1]]
 
 
 def test_the_enclosing_sum_splits_at_top_level_signs_only():
@@ -91,13 +153,14 @@ def test_a_compiled_model_s_rows_are_flat_along_the_ridge_it_reads(compiled):
     model = stan_dp.RowModel(compiled(stan_test_model("zero_mean_groups")), data)
     names = model.param_names
     members = tuple(j for j, n in enumerate(names) if n.startswith("a."))
-    assert model.ridge_coordinates == ((names.index("mu"), members),)
-    hierarchical = stan_dp.RowModel(compiled(stan_test_model("hierarchical_intercept")), data)
-    assert hierarchical.ridge_coordinates == ()   # a[g] without an intercept beside it
-    theta = rng.normal(size=model.dim)
-    theta[names.index("tau")] = -5.0   # tau = 100 logistic(-5) = 0.67: the prior bends along the ridge
     v = np.zeros(model.dim)
     v[names.index("mu")], v[list(members)] = 1.0, -1.0
+    (read,) = model.flat_directions
+    np.testing.assert_array_equal(read, v)
+    hierarchical = stan_dp.RowModel(compiled(stan_test_model("hierarchical_intercept")), data)
+    assert hierarchical.flat_directions == ()   # a[g] without an intercept beside it
+    theta = rng.normal(size=model.dim)
+    theta[names.index("tau")] = -5.0   # tau = 100 logistic(-5) = 0.67: the prior bends along the ridge
     rows = model.row_log_lik(theta)
     for t in (-3.0, 0.7, 5.0):
         np.testing.assert_allclose(model.row_log_lik(theta + t * v), rows, rtol=1e-12, atol=1e-10)
@@ -111,9 +174,8 @@ def _zero_mean(bounded: bool = False) -> ZeroMeanIntercept:
 
 
 def _along(density: ZeroMeanIntercept) -> np.ndarray:
-    intercept, members = density.ridge_coordinates[0]
-    v = np.zeros(density.dim)
-    v[intercept], v[list(members)] = 1.0, -1.0
+    (v,) = density.flat_directions
+    assert v[0] == 1.0 and np.all(v[2:22] == -1.0) and v[1] == v[22] == 0.0
     return v
 
 
@@ -128,7 +190,7 @@ def test_the_move_against_the_closed_form():
     t_star = (a.sum() / tau**2 - mu / 100.0**2) / (20 / tau**2 + 1 / 100.0**2)
     moved = groups.ridges_at_prior_mode(density, theta)
     np.testing.assert_allclose(moved, theta + t_star * _along(density), rtol=0, atol=1e-8)
-    density.ridge_coordinates = ()
+    density.flat_directions = ()
     np.testing.assert_array_equal(groups.ridges_at_prior_mode(density, theta), theta)
 
 
@@ -176,7 +238,7 @@ def test_the_search_ends_at_the_prior_s_maximum_along_a_declared_ridge(seed):
         return abs(slope) / math.sqrt(20.0 / tau**2)   # curvature along v: J / tau^2 (+ 1e-4)
 
     assert slope_in_prior_sds(traced_adaptation(density, 16.0, seed)[1].result.mode) < 1e-6
-    density.ridge_coordinates = ()
+    density.flat_directions = ()
     assert slope_in_prior_sds(traced_adaptation(density, 16.0, seed)[1].result.mode) > 1e-3
 
 
@@ -216,7 +278,7 @@ def test_the_reported_curvature_along_the_ridge_is_the_prior_s():
     complement = np.linalg.qr(np.c_[w, np.eye(d)])[0][:, 1:]   # frame units, orthogonal to w
     in_frame = lambda m: complement.T @ (frame.T @ m @ frame) @ complement
     np.testing.assert_allclose(in_frame(out), in_frame(floored), rtol=1e-9, atol=1e-9)
-    density.ridge_coordinates = ()
+    density.flat_directions = ()
     assert groups.ridge_curvature_from_prior(density, mode, floored, frame, h) is floored
 
 
@@ -224,9 +286,10 @@ def test_the_reported_curvature_along_the_ridge_is_the_prior_s():
 def test_the_intercept_is_reported_about_as_wide_as_its_posterior(bounded):
     """The replica's private search (noise seeds 1-3; every run ends unsettled) reports ``mu``'s sd
     (curvature plus privacy noise: what the draws carry) at 0.85-1.3 of the exact posterior's at
-    epsilon = 16 (measured 1.03-1.15) and 0.6-1.3 at epsilon = 4 (0.67-1.06); with the pool's
-    curvature along the ridge it was 0.33-0.51 and 0.17-0.59.  The mode is the same bit for bit:
-    only the reported curvature changes."""
+    epsilon = 16 (measured at seeds 1-6: 1.01-1.15) and 0.6-1.3 at epsilon = 4 (0.71-1.07); with
+    the pool's curvature along the ridge (and the rounds' noise as it was) it was 0.33-0.51 and
+    0.17-0.59.
+    The mode is the same bit for bit: only the reported curvature and noise change."""
     from stan_dp.adaptation import newton
 
     density = _zero_mean(bounded)
@@ -238,6 +301,7 @@ def test_the_intercept_is_reported_about_as_wide_as_its_posterior(bounded):
             assert low < spread / posterior_sd[0] < 1.3, (epsilon, seed, spread / posterior_sd[0])
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(newton, "ridge_curvature_from_prior", lambda density, mode, c, frame, h: c)
+                patch.setattr(newton, "ridge_noise_from_prior", lambda density, mode, c, frame, h: c)
                 plain = traced_adaptation(density, epsilon, seed)[1].result
             np.testing.assert_array_equal(result.mode, plain.mode)
             assert math.sqrt(plain.covariance[0, 0] + plain.noise_covariance[0, 0]) < 0.6 * posterior_sd[0]
@@ -258,7 +322,10 @@ PAIRS = ("data { int N; int J; array[N] int<lower=1, upper=J> p1; array[N] int<l
     "for (j in 1:J) a[j] ~ normal(0, 2); win ~ bernoulli_logit(a[p1] - a[p2]);",   # a prior by element
 ])
 def test_the_shift_reading_finds_a_vector_read_only_through_balanced_differences(model):
-    assert shift_ridges(PAIRS + "model { " + model + " }") == ["a"]
+    assert flat_directions(PAIRS + "model { " + model + " }") == [{"a": 1}]
+    tp = PAIRS + "transformed parameters { vector[N] d = a[p1] - a[p2]; }\n"
+    through = flat_directions(tp + "model { win ~ bernoulli_logit(d); }")
+    assert through == [{"a": 1}], "through a transformed parameter"
 
 
 @pytest.mark.parametrize("model, why", [
@@ -273,9 +340,7 @@ def test_the_shift_reading_finds_a_vector_read_only_through_balanced_differences
     ("a[p1] ~ normal(0, 1); win ~ bernoulli_logit(a[p1] - a[p2]);", "a's statement is one term per row"),
 ])
 def test_the_shift_reading_refuses_a_use_it_cannot_prove_flat(model, why):
-    assert shift_ridges(PAIRS + "model { " + model + " }") == [], why
-    tp = PAIRS + "transformed parameters { vector[N] d = a[p1] - a[p2]; }\n"
-    assert shift_ridges(tp + "model { win ~ bernoulli_logit(d); }") == [], "through a transformed parameter"
+    assert flat_directions(PAIRS + "model { " + model + " }") == [], why
 
 
 def test_a_bradley_terry_program_is_flat_along_the_shift_and_its_mean_ability_is_the_prior_s():
@@ -294,10 +359,9 @@ def test_a_bradley_terry_program_is_flat_along_the_shift_and_its_mean_ability_is
 
     programs = Path(__file__).resolve().parents[1] / "benchmarks" / "user_programs"
     model = stan_dp.RowModel(programs / "bt.stan", json.loads((programs / "bt.json").read_text()))
-    members = model.shift_coordinates[0]
-    assert len(members) == 12 and model.ridge_coordinates == ()
-    v = np.zeros(model.dim)
-    v[list(members)] = 1.0
+    (v,) = model.flat_directions
+    assert np.array_equal(v, [float(name.startswith("ability.")) for name in model.param_names])
+    assert v.sum() == 12
     theta = np.random.default_rng(0).normal(size=model.dim)
     rows = model.row_log_lik(theta)
     for t in (-3.0, 0.7, 5.0):
@@ -310,3 +374,114 @@ def test_a_bradley_terry_program_is_flat_along_the_shift_and_its_mean_ability_is
         mean_ability = fit.posterior["ability"].values.mean(axis=-1).ravel()
         assert abs(mean_ability.mean()) < 0.1 * exact_sd, (epsilon, mean_ability.mean())
         assert 0.9 < mean_ability.std() / exact_sd < 1.15, (epsilon, mean_ability.std())
+
+
+def test_the_noise_carried_through_the_move_against_the_move_s_own_jacobian():
+    """The move to the prior's maximum along the ridge maps an estimate ``m`` to ``m + t*(m) v``;
+    :func:`~stan_dp.adaptation.groups.ridge_noise_from_prior` carries a noise covariance ``S``
+    through it as ``J S J'``.  Checked against the move itself: with ``tau`` and ``sigma`` fixed
+    (``S`` 0 on them) ``t*`` is linear in ``mu`` and the ``a_j`` (normal priors), so finite
+    differences of :func:`~stan_dp.adaptation.groups.ridges_at_prior_mode` give ``J`` to
+    round-off.  The moved noise has no component of its own along the ridge: the estimate's
+    position there follows its other coordinates.  Where the ridge is not declared nothing
+    changes."""
+    density = _zero_mean()
+    d = density.dim
+    rng = np.random.default_rng(5)
+    mode = groups.ridges_at_prior_mode(density, np.r_[1.4, math.log(0.3), rng.normal(0.0, 0.3, 20),
+                                                      math.log(0.75)])
+    free = np.r_[0, np.arange(2, 22)]
+    root = np.zeros((d, d))
+    root[np.ix_(free, free)] = rng.normal(size=(21, 21)) * 0.05
+    noise = root @ root.T
+    h = 0.05   # the move is linear here: a long step keeps the search's tolerance out of J
+    jacobian = np.eye(d)
+    for j in free:
+        e = np.zeros(d)
+        e[j] = h
+        jacobian[:, j] = (groups.ridges_at_prior_mode(density, mode + e)
+                          - groups.ridges_at_prior_mode(density, mode - e)) / (2 * h)
+    expected = jacobian @ noise @ jacobian.T
+    frame = np.diag(rng.uniform(0.02, 0.2, d))
+    out = groups.ridge_noise_from_prior(density, mode, noise, frame, 1e-4)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6 * np.abs(noise).max())
+    v = _along(density)
+    step = 1e-4 * np.eye(d)
+    hessian = -np.array([(density.log_prior_grad(mode + e)[1] - density.log_prior_grad(mode - e)[1]) / 2e-4
+                         for e in step])
+    # no noise of its own along v: the moved estimate's slope of the log prior along v is exact
+    assert abs(v @ hessian @ out @ hessian @ v) < 1e-8 * (v @ hessian @ noise @ hessian @ v)
+    density.flat_directions = ()
+    assert groups.ridge_noise_from_prior(density, mode, noise, frame, 1e-4) is noise
+
+
+def test_a_pool_is_resolved_off_its_ridges_when_only_the_ridge_is_at_the_floor():
+    """A pool whose curvature is at the noise floor along a ridge only (the rows' curvature there
+    is exactly 0 and the prior's below the floor) has settled: the estimate and its curvature there
+    are the prior's, not the pool's.  With a second direction at the floor that is not a ridge it
+    has not; without the ridge declared the pool's own verdict stands."""
+    from stan_dp.adaptation.pooling import _Pooled
+
+    density = _zero_mean()
+    d = density.dim
+    rng = np.random.default_rng(7)
+    v = _along(density)
+    mode = np.r_[1.4, math.log(0.3), rng.normal(0.0, 0.3, 20), math.log(0.75)]
+    project = np.eye(d) - np.outer(v, v) / (v @ v)
+    rows = rng.normal(size=(d, d))
+    data = project @ (50.0 * (rows @ rows.T / d + np.eye(d))) @ project   # D v = 0 exactly
+    prior = 1e-3 * np.eye(d)   # far below the floor in unit frame
+    frame, tau = np.eye(d), 0.5
+
+    def pooled(data_curvature: np.ndarray) -> _Pooled:
+        return _Pooled(mode, np.eye(d), data_curvature + prior, frame, False, data_curvature, tau,
+                       np.zeros(d), prior_curvature=prior)
+
+    assert groups.resolved_off_ridges(density, pooled(data), frame)
+    other = np.zeros(d)
+    other[[1, 22]] = 1.0, -1.0   # not on the ridge: the rows do not see it either
+    other -= v * (other @ v) / (v @ v)
+    blind = np.eye(d) - np.outer(other, other) / (other @ other)
+    assert not groups.resolved_off_ridges(density, pooled(blind @ data @ blind), frame)
+    density.flat_directions = ()
+    assert not groups.resolved_off_ridges(density, pooled(data), frame)
+
+
+def test_crossed_factors_are_flat_along_the_direction_read_and_the_draws_along_it_are_the_prior_s():
+    """``benchmarks/user_programs/cross.stan`` as a user wrote it (``eta = a[site] + c[year]`` in
+    transformed parameters, 5 sites, 4 years, 1,000 rows, ``a, c ~ normal(0, 10)``): the read
+    direction (every ``a`` +1, every ``c`` -1) leaves the compiled rows unchanged to round-off
+    (an independent check of the reading), and moving ``a`` alone does not.  The rows read only
+    ``a_j + c_k`` and the prior is isotropic, so the posterior of ``(sum(a) - sum(c)) / 9`` is
+    exactly the prior's, ``N(0, 100 / 9)``: the private draws' has mean within 0.1 of that sd of 0
+    and sd within 0.9-1.1 of it at epsilon = 16 and 4 (measured: means within 0.01 sds, sds
+    1.00-1.02; 4,000 draws).  Before the direction was read it had sd 0.02 of it at epsilon = 4;
+    before the noise was carried through the move, 1.1-1.24 times it at epsilon = 16.  The search
+    settles at epsilon = 16 (it never did: the pool is resolved everywhere but along the ridge)."""
+    import json
+    import warnings
+    from pathlib import Path
+
+    programs = Path(__file__).resolve().parents[1] / "benchmarks" / "user_programs"
+    model = stan_dp.RowModel(programs / "cross.stan", json.loads((programs / "cross.json").read_text()))
+    names = model.param_names
+    (v,) = model.flat_directions
+    np.testing.assert_array_equal(v, [1.0 if n.startswith("a.") else -1.0 if n.startswith("c.") else 0.0
+                                      for n in names])
+    theta = np.random.default_rng(0).normal(size=model.dim)
+    rows = model.row_log_lik(theta)
+    for t in (-3.0, 0.7, 5.0):
+        np.testing.assert_allclose(model.row_log_lik(theta + t * v), rows, rtol=0, atol=1e-10)
+    a_only = np.where(v > 0, 1.0, 0.0)
+    assert np.max(np.abs(model.row_log_lik(theta + 0.7 * a_only) - rows)) > 1e-3
+    exact_sd = 10.0 / 3.0
+    for epsilon in (16.0, 4.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=1, progress=False)
+        a, c = fit.posterior["a"].values, fit.posterior["c"].values
+        along = ((a.sum(axis=-1) - c.sum(axis=-1)) / 9.0).ravel()
+        assert abs(along.mean()) < 0.1 * exact_sd, (epsilon, along.mean())
+        assert 0.9 < along.std() / exact_sd < 1.1, (epsilon, along.std())
+        if epsilon == 16.0:
+            assert fit.posterior.attrs["search_settled"] == 1

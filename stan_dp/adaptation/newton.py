@@ -120,7 +120,8 @@ from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
                                        pooled_mode_with_expected_hyperparameters,
-                                       ridge_curvature_from_prior, ridges_at_prior_mode,
+                                       ridge_curvature_from_prior, ridge_noise_from_prior,
+                                       ridges_at_prior_mode, resolved_off_ridges,
                                        rowless_hyperparameters,
                                        unpooled_bounded_scales)
 from stan_dp.adaptation.final_check import final_check
@@ -635,7 +636,8 @@ def private_mode(
     pool = _final_rounds(pool, streak, frame)   # near rounds that left the pool, back where they agree
     if len(pool) >= 2:
         pooled = _pooled_estimate(pool, frame, random_effects=True)
-        settled = pooled.resolved
+        # resolved off the rows' flat directions: along them only the prior holds the estimate
+        settled = resolved_off_ridges(density, pooled, frame)
         # the saddle check in the frame the rounds were pooled in: its noise bound tau is that
         # frame's (in a widened one it understates the noise up to 4-fold, and 17 of 24 radon runs
         # at 1,000 rows, epsilon = 16 read as saddles, none before)
@@ -681,11 +683,13 @@ def private_mode(
         # that the rows prefer by far replaces the estimate (final_check)
         mode, checked = final_check(holder, density, evaluated, mode, zs["check"], rng_noise, ledger,
                                     use=not settled)
-    # the rows' log likelihood is flat along an intercept ridge: the prior's maximum there, again
+    # the rows' log likelihood is flat along a ridge: the prior's maximum there, again
     # after the hyperparameters moved (they set its curvature) and wherever the check put the estimate
     mode = ridges_at_prior_mode(density, mode)
-    # and its curvature along them is the prior's, exactly (the release's is noise alone there)
+    # and its curvature along them is the prior's, exactly (the release's is noise alone there);
+    # the estimate's position along them follows its other coordinates, and so does its noise
     curvature = ridge_curvature_from_prior(density, mode, curvature, frame, s.fd_step)
+    noise_cov = ridge_noise_from_prior(density, mode, noise_cov, frame, s.fd_step)
     covariance, frame = reported_covariance(curvature, frame)
     skew, skew_sd = np.zeros(d), np.zeros(d)
     if s.skew_share:
