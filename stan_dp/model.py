@@ -674,7 +674,10 @@ class ZeroRowPart:
                     indexed, standard = indexed_vectors(program), standard_normal_parameters(program)
                     scales = scale_parameters(program)
                     zero_mean = hierarchical_statements(program, literal=True)
-                    flat = flat_directions(program)
+                    # the row count and the row variables: a prior statement reading them is per row
+                    row_names = {name for name in (getattr(self, "rows_var", None),
+                                                   *(getattr(self, "row_vars", None) or ())) if name}
+                    flat = flat_directions(program, row_names)
                 except Exception as err:  # noqa: BLE001 - unknown: the default rule stands
                     logger.debug("could not read the parameters' constraints: %s", err)
             self._log_transformed, self._logit_transformed, self._ordered = log, logit, ordered

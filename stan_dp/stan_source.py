@@ -902,20 +902,20 @@ def _null_space(equations: list[list[int]], size: int) -> list[list[Fraction]]:
     return basis
 
 
-def _sum_uses(name: str, subscripted: bool, statements: list[Statement],
-              readable: set[str]) -> dict[tuple[int, int], list[tuple[str, str]]] | None:
+def _sum_uses(name: str, subscripted: bool, statements: list[Statement], readable: set[str],
+              rows: set[str]) -> dict[tuple[int, int], list[tuple[str, str]]] | None:
     """Every sum ``name`` is a whole top-level term of in ``statements`` (:func:`flat_directions`),
     keyed by ``(statement, the sum's left delimiter)``: ``{key: its terms}``.  Its own sampling
-    statements are skipped where they are priors (:func:`_prior_statement`); None where one is
-    not, where ``name`` is in a header, or where an occurrence is not such a term (bare; with
-    ``subscripted``, a bare subscript ``name[...]``)."""
+    statements are skipped where they are priors (:func:`_prior_statement`) under no header that
+    reads ``rows``; None where one is not, where ``name`` is in a header, or where an occurrence is
+    not such a term (bare; with ``subscripted``, a bare subscript ``name[...]``)."""
     uses: dict[tuple[int, int], list[tuple[str, str]]] = {}
     for k, stmt in enumerate(statements):
         if any(re.search(rf"\b{name}\b", header) for header in stmt.headers):
             return None
         m = _sampling_match(stmt.text)
         if m and m["x"] == name:
-            if not _prior_statement(stmt, m, readable):
+            if not _prior_statement(stmt, m, readable) or any(_identifiers(h) & rows for h in stmt.headers):
                 return None
             continue
         for occ in re.finditer(rf"\b{name}\b", stmt.text):
@@ -932,7 +932,7 @@ def _sum_uses(name: str, subscripted: bool, statements: list[Statement],
     return uses
 
 
-def flat_directions(program: str) -> list[dict[str, int]]:
+def flat_directions(program: str, rows: Iterable[str] = ()) -> list[dict[str, int]]:
     """The directions along which every row's log likelihood is exactly constant, as the program
     writes it: each ``{parameter: integer coefficient}``, moving every unconstrained coordinate of
     each named parameter by its coefficient times ``t``.
@@ -944,7 +944,9 @@ def flat_directions(program: str) -> list[dict[str, int]]:
 
     * its own sampling statements in ``model`` are priors (:func:`_prior_statement`:
       ``a ~ normal(0, sigma_a)``, element by element in a loop, or none; not ``a[g] ~ ...`` with
-      ``g`` data, one term per row);
+      ``g`` data, one term per row), which read none of ``rows`` (the row count and the row
+      variables, where known) and sit in no loop or branch whose header does: ``for (n in 1:N)
+      mu ~ normal(0, 1)`` is one term per row too;
     * every other occurrence of it in ``transformed parameters`` and ``model`` is a whole
       top-level term of a sum (:func:`_enclosing_sum`), bare for a scalar (``mu``) and a bare
       subscript for a vector (``a[g]``), with ``+`` or ``-``;
@@ -980,10 +982,12 @@ def flat_directions(program: str) -> list[dict[str, int]]:
     if not candidates:
         return []
     readable, statements = _model_reading(program)
+    rows = set(rows)
+    readable -= rows
     sums: dict[tuple[int, int], list[tuple[str, str]]] = {}
     kept = []
     for name in candidates:
-        uses = _sum_uses(name, name not in scalars, statements, readable)
+        uses = _sum_uses(name, name not in scalars, statements, readable, rows)
         if uses:
             kept.append(name)
             sums.update(uses)

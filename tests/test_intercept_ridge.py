@@ -79,6 +79,23 @@ def test_the_reading_refuses_a_use_it_cannot_prove_flat(model, why):
     assert _read(model) == [], why
 
 
+@pytest.mark.parametrize("model", [
+    "for (n in 1:N) mu ~ normal(0, 1); y ~ normal(mu + a[g], sigma);",     # one copy per row
+    "mu ~ normal(0, N); y ~ normal(mu + a[g], sigma);",                      # reads the row count
+    "for (n in 1:size(y)) a ~ normal(0, tau); y ~ normal(mu + a[g], sigma);",
+])
+def test_the_reading_refuses_a_prior_that_is_one_term_per_row(model):
+    """A prior statement in a loop over the rows, or reading the row count, is part of every row
+    (the zero-row model has none of it): moving its variate changes the rows.  With the rows'
+    names given (a compiled model gives its row count and row variables) the reading refuses it;
+    without them it cannot tell."""
+    rows = {"N", "g", "x", "y"}
+    assert _read(model) == RIDGE
+    assert flat_directions(DATA + PARAMS + "model { " + model + " }", rows) == []
+    assert flat_directions(DATA + PARAMS + "model { a ~ normal(0, tau); y ~ normal(mu + a[g], sigma); }",
+                           rows) == RIDGE
+
+
 def test_the_reading_refuses_a_constrained_intercept_or_one_a_transformed_parameter_scales():
     model = "a ~ normal(0, tau); y ~ normal(mu + a[g], sigma);"
     assert _read(model, PARAMS.replace("real mu;", "real<lower=0> mu;")) == []
