@@ -319,6 +319,7 @@ def test_the_intercept_is_reported_about_as_wide_as_its_posterior(bounded):
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(newton, "ridge_curvature_from_prior", lambda density, mode, c, frame, h: c)
                 patch.setattr(newton, "ridge_noise_from_prior", lambda density, mode, c, frame, h: c)
+                patch.setattr(newton, "ridge_curvature_over_scales", lambda density, mode, c, frame, h: c)
                 plain = traced_adaptation(density, epsilon, seed)[1].result
             np.testing.assert_array_equal(result.mode, plain.mode)
             assert math.sqrt(plain.covariance[0, 0] + plain.noise_covariance[0, 0]) < 0.6 * posterior_sd[0]
@@ -430,6 +431,54 @@ def test_the_noise_carried_through_the_move_against_the_move_s_own_jacobian():
     assert abs(v @ hessian @ out @ hessian @ v) < 1e-8 * (v @ hessian @ noise @ hessian @ v)
     density.flat_directions = ()
     assert groups.ridge_noise_from_prior(density, mode, noise, frame, 1e-4) is noise
+
+
+def test_the_ridge_s_curvature_averaged_over_the_scale_s_law_against_quadrature():
+    """Along the replica's ridge (``tau`` on the log transform) the prior's curvature is
+    ``alpha^2 (J / tau^2 + 1 / 100^2)`` in frame units (``alpha = 1 / |frame^-1 v|``), a function of
+    ``u = log tau`` alone.  :func:`~stan_dp.adaptation.groups.ridge_curvature_over_scales` sets the
+    ridge's block to ``1 / E[1 / that]`` over the reported posterior ``N(mode, curvature^-1)``:
+    checked against Gauss-Hermite quadrature over ``u``'s marginal (to 1 %: 256 quasi-random points
+    in 23 dimensions), with the rest of the curvature (its block off the ridge and the cross terms,
+    frame units) unchanged.  The average is wider than at the mode (``E[tau^2] > tau_mode^2``).
+    With ``tau`` held tight the block is the mode's; where the ridge is not declared, or the
+    prior's curvature along it depends on no coordinate, nothing changes."""
+    density = _zero_mean(bounded=False)
+    d = density.dim
+    rng = np.random.default_rng(11)
+    mode = np.r_[1.4, math.log(0.3), rng.normal(0.0, 0.3, 20), math.log(0.75)]
+    mode = groups.ridges_at_prior_mode(density, mode)
+    frame = np.diag(rng.uniform(0.02, 0.2, d))
+    v = _along(density)
+    inv = np.linalg.inv(frame)
+    w = inv @ v / np.linalg.norm(inv @ v)
+    alpha = 1.0 / np.linalg.norm(inv @ v)
+    rows = rng.normal(size=(d, d))
+    project = np.eye(d) - np.outer(v, v) / (v @ v)
+    curvature = project @ (1e3 * (rows @ rows.T / d + np.eye(d))) @ project
+    curvature[1, :] = curvature[:, 1] = 0.0   # no row depends on tau
+    curvature[1, 1] = 40.0   # log tau's posterior sd about 0.16 (20 groups)
+    curvature = groups.ridge_curvature_from_prior(density, mode, curvature, frame, 1e-4)
+    out = groups.ridge_curvature_over_scales(density, mode, curvature, frame, 1e-4)
+    sd_u = math.sqrt(np.linalg.inv(curvature)[1, 1])
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    tau = np.exp(mode[1] + sd_u * nodes)
+    expected = 1.0 / (np.sum(weights / (alpha**2 * (20.0 / tau**2 + 1e-4))) / np.sum(weights))
+    at_mode = alpha**2 * (20.0 / math.exp(2 * mode[1]) + 1e-4)
+    in_frame = lambda m: frame.T @ m @ frame
+    assert w @ in_frame(curvature) @ w == pytest.approx(at_mode, rel=1e-4)
+    assert w @ in_frame(out) @ w == pytest.approx(expected, rel=0.01)
+    assert expected < 0.97 * at_mode
+    complement = np.linalg.qr(np.c_[w, np.eye(d)])[0][:, 1:]
+    np.testing.assert_allclose(complement.T @ in_frame(out) @ np.c_[w, complement],
+                               complement.T @ in_frame(curvature) @ np.c_[w, complement],
+                               rtol=1e-9, atol=1e-9 * np.abs(in_frame(curvature)).max())
+    tight = curvature.copy()
+    tight[1, 1] += 1e12
+    held = groups.ridge_curvature_over_scales(density, mode, tight, frame, 1e-4)
+    assert w @ in_frame(held) @ w == pytest.approx(at_mode, rel=1e-4)
+    density.flat_directions = ()
+    assert groups.ridge_curvature_over_scales(density, mode, curvature, frame, 1e-4) is curvature
 
 
 def test_a_pool_is_resolved_off_its_ridges_when_only_the_ridge_is_at_the_floor():

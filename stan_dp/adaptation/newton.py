@@ -120,7 +120,8 @@ from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
                                        pooled_mode_with_expected_hyperparameters,
-                                       ridge_curvature_from_prior, ridge_noise_from_prior,
+                                       ridge_curvature_from_prior, ridge_curvature_over_scales,
+                                       ridge_noise_from_prior,
                                        ridges_at_prior_mode, resolved_off_ridges,
                                        rowless_hyperparameters,
                                        unpooled_bounded_scales)
@@ -690,6 +691,8 @@ def private_mode(
     # the estimate's position along them follows its other coordinates, and so does its noise
     curvature = ridge_curvature_from_prior(density, mode, curvature, frame, s.fd_step)
     noise_cov = ridge_noise_from_prior(density, mode, noise_cov, frame, s.fd_step)
+    # the prior's curvature there at the scale's mode understates the variance: averaged over its law
+    curvature = ridge_curvature_over_scales(density, mode, curvature, frame, s.fd_step)
     covariance, frame = reported_covariance(curvature, frame)
     skew, skew_sd = np.zeros(d), np.zeros(d)
     if s.skew_share:
