@@ -595,9 +595,9 @@ def ridge_noise_from_prior(density: Any, mode: np.ndarray, noise_cov: np.ndarray
 
 
 def resolved_off_ridges(density: Any, pooled: Any, frame: np.ndarray) -> bool:
-    """Whether a pool (:class:`~stan_dp.adaptation.pooling._Pooled`) resolves its curvature in
-    every direction off the density's ridges (:func:`_ridge_directions`), where it does not in
-    every direction: the search has then settled.
+    """Whether the search has settled: its pool (:class:`~stan_dp.adaptation.pooling._Pooled`)
+    resolves the curvature in every direction, or, where the density declares ridges
+    (:func:`_ridge_directions`), in every direction off them.
 
     In ``frame`` units, with ``U`` an orthonormal basis of the complement of the span of
     ``frame^-1 V`` (``V`` the ridges), the released data curvature and the prior's, both restricted
@@ -689,7 +689,7 @@ def ridge_curvature_over_scales(density: Any, mode: np.ndarray, curvature: np.nd
 
     at_mode = block(np.asarray(mode, dtype=float))
     sobol = stats.qmc.Sobol(d, scramble=True, seed=0).random(RIDGE_SCALE_DRAWS)
-    points = mode + stats.norm.ppf(sobol) @ (q * np.sqrt(lam)).T
+    points = mode + stats.norm.ppf(np.clip(sobol, 1e-12, 1.0 - 1e-12)) @ (q * np.sqrt(lam)).T
     inverses = []
     for theta in points:
         b = block(theta)
