@@ -226,6 +226,45 @@ class _CauchyIntercept(ZeroMeanIntercept):
         return self.log_prior_grad(th)[0]
 
 
+class _TwoGroups:
+    """The prior of ``mu + a[g] + b[h]``: ``mu ~ normal(0, 1)``, ``a_j ~ normal(0, 0.5)``,
+    ``b_k ~ normal(0, 2)`` (fixed scales), with its two ridges declared as a compiled model reads
+    them (:func:`~stan_dp.stan_source.flat_directions`: ``mu`` +1 with ``a`` -1, ``mu`` +1 with ``b``
+    -1)."""
+
+    scales = np.r_[1.0, np.full(4, 0.5), np.full(3, 2.0)]
+    dim = 8
+
+    def __init__(self) -> None:
+        first, second = np.zeros(8), np.zeros(8)
+        first[0], first[1:5] = 1.0, -1.0
+        second[0], second[5:] = 1.0, -1.0
+        self.flat_directions = (first, second)
+
+    def log_prior_grad(self, th: np.ndarray) -> tuple[float, np.ndarray]:
+        r = th / self.scales
+        return float(-0.5 * r @ r), -r / self.scales
+
+    def log_prior(self, th: np.ndarray) -> float:
+        return self.log_prior_grad(th)[0]
+
+
+def test_the_move_along_two_ridges_against_the_joint_maximum():
+    """With two ridges the moves along each are repeated in turn: they end at the log prior's
+    maximum over both, ``theta + V t*`` with ``t*`` solving the 2 x 2 normal equations
+    ``V' S^-2 V t = -V' S^-2 theta`` (``S`` the prior sds), not where one pass along each would
+    stop (the two directions share ``mu``, so a pass along the second moves the first's optimum)."""
+    density = _TwoGroups()
+    theta = np.r_[5.0, 0.3, -0.2, 0.6, 0.1, 1.5, -1.0, 0.4]
+    v = np.column_stack(density.flat_directions)
+    precision = np.diag(density.scales ** -2.0)
+    t_star = np.linalg.solve(v.T @ precision @ v, -v.T @ precision @ theta)
+    moved = groups.ridges_at_prior_mode(density, theta)
+    np.testing.assert_allclose(moved, theta + v @ t_star, rtol=0, atol=1e-7)
+    one_pass = groups._prior_maximum_along(density, groups._prior_maximum_along(density, theta, v[:, 0]), v[:, 1])
+    assert np.max(np.abs(one_pass - moved)) > 1e-3
+
+
 def test_the_move_against_a_grid_with_a_heavy_tailed_intercept_prior():
     density = _CauchyIntercept(*radon_like_rows(0), 20, bounded=False)
     theta = np.r_[2.0, math.log(0.2), np.full(20, -1.1), math.log(0.75)]
