@@ -400,6 +400,34 @@ def test_the_shift_reading_refuses_a_use_it_cannot_prove_flat(model, why):
     assert flat_directions(PAIRS + "model { " + model + " }") == [], why
 
 
+def _user_program(name: str) -> stan_dp.RowModel:
+    """``benchmarks/user_programs/NAME.stan`` on its data, compiled (the files are read as files)."""
+    import json
+    from pathlib import Path
+
+    programs = Path(__file__).resolve().parents[1] / "benchmarks" / "user_programs"
+    return stan_dp.RowModel(programs / f"{name}.stan", json.loads((programs / f"{name}.json").read_text()))
+
+
+def _assert_rows_flat(model: stan_dp.RowModel, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's log likelihood unchanged (to 1e-10) by moves ``t v``, ``t`` in -3, 0.7 and 5,
+    from a random point: ``(that point, its rows' values)``."""
+    theta = np.random.default_rng(0).normal(size=model.dim)
+    rows = model.row_log_lik(theta)
+    for t in (-3.0, 0.7, 5.0):
+        np.testing.assert_allclose(model.row_log_lik(theta + t * v), rows, rtol=0, atol=1e-10)
+    return theta, rows
+
+
+def _quiet_fit(model: stan_dp.RowModel, epsilon: float):
+    """``stan_dp.sample`` with no knob (delta 1e-5, seed 1), its warnings silenced."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=1, progress=False)
+
+
 def test_a_bradley_terry_program_is_flat_along_the_shift_and_its_mean_ability_is_the_prior_s():
     """``benchmarks/user_programs/bt.stan`` as a user wrote it (12 players, 1,500 games,
     ``ability ~ normal(0, 2)``): the compiled rows are unchanged to round-off by a common shift of
@@ -410,24 +438,14 @@ def test_a_bradley_terry_program_is_flat_along_the_shift_and_its_mean_ability_is
     4,000 draws, so the sd's Monte Carlo error is about 1 %).  Before the shift was read, at
     epsilon = 4 the draws' sd was 0.03-0.04 (15-19 times too narrow) and their mean 0.2-0.27 sds
     off."""
-    import json
-    import warnings
-    from pathlib import Path
-
-    programs = Path(__file__).resolve().parents[1] / "benchmarks" / "user_programs"
-    model = stan_dp.RowModel(programs / "bt.stan", json.loads((programs / "bt.json").read_text()))
+    model = _user_program("bt")
     (v,) = model.flat_directions
     assert np.array_equal(v, [float(name.startswith("ability.")) for name in model.param_names])
     assert v.sum() == 12
-    theta = np.random.default_rng(0).normal(size=model.dim)
-    rows = model.row_log_lik(theta)
-    for t in (-3.0, 0.7, 5.0):
-        np.testing.assert_allclose(model.row_log_lik(theta + t * v), rows, rtol=0, atol=1e-10)
+    _assert_rows_flat(model, v)
     exact_sd = 2.0 / math.sqrt(12.0)
     for epsilon in (16.0, 4.0):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=1, progress=False)
+        fit = _quiet_fit(model, epsilon)
         mean_ability = fit.posterior["ability"].values.mean(axis=-1).ravel()
         assert abs(mean_ability.mean()) < 0.1 * exact_sd, (epsilon, mean_ability.mean())
         assert 0.9 < mean_ability.std() / exact_sd < 1.15, (epsilon, mean_ability.std())
@@ -563,27 +581,16 @@ def test_crossed_factors_are_flat_along_the_direction_read_and_the_draws_along_i
     1.00-1.02; 4,000 draws).  Before the direction was read it had sd 0.02 of it at epsilon = 4;
     before the noise was carried through the move, 1.1-1.24 times it at epsilon = 16.  The search
     settles at epsilon = 16 (it never did: the pool is resolved everywhere but along the ridge)."""
-    import json
-    import warnings
-    from pathlib import Path
-
-    programs = Path(__file__).resolve().parents[1] / "benchmarks" / "user_programs"
-    model = stan_dp.RowModel(programs / "cross.stan", json.loads((programs / "cross.json").read_text()))
-    names = model.param_names
+    model = _user_program("cross")
     (v,) = model.flat_directions
     np.testing.assert_array_equal(v, [1.0 if n.startswith("a.") else -1.0 if n.startswith("c.") else 0.0
-                                      for n in names])
-    theta = np.random.default_rng(0).normal(size=model.dim)
-    rows = model.row_log_lik(theta)
-    for t in (-3.0, 0.7, 5.0):
-        np.testing.assert_allclose(model.row_log_lik(theta + t * v), rows, rtol=0, atol=1e-10)
+                                      for n in model.param_names])
+    theta, rows = _assert_rows_flat(model, v)
     a_only = np.where(v > 0, 1.0, 0.0)
     assert np.max(np.abs(model.row_log_lik(theta + 0.7 * a_only) - rows)) > 1e-3
     exact_sd = 10.0 / 3.0
     for epsilon in (16.0, 4.0):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = stan_dp.sample(model, epsilon=epsilon, delta=1e-5, seed=1, progress=False)
+        fit = _quiet_fit(model, epsilon)
         a, c = fit.posterior["a"].values, fit.posterior["c"].values
         along = ((a.sum(axis=-1) - c.sum(axis=-1)) / 9.0).ravel()
         assert abs(along.mean()) < 0.1 * exact_sd, (epsilon, along.mean())

@@ -511,6 +511,30 @@ def _ridge_directions(density: Any, d: int) -> list[np.ndarray]:
             if np.size(v) == d]
 
 
+def _ridge_basis(density: Any, frame: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """The density's ridges in ``frame`` units: ``(basis, k)``, an orthonormal basis of the whole
+    space whose first ``k`` columns span ``frame^-1 V`` (``V`` the ridges,
+    :func:`_ridge_directions`) and whose others span its complement; None where it declares none."""
+    columns = _ridge_directions(density, frame.shape[0])
+    if not columns:
+        return None
+    basis, _ = np.linalg.qr(np.linalg.inv(frame) @ np.column_stack(columns), mode="complete")
+    return basis, len(columns)
+
+
+def _curvature_from_ridge_basis(total: np.ndarray, curvature: np.ndarray, frame: np.ndarray,
+                                basis: np.ndarray) -> np.ndarray:
+    """``total``, a curvature in ``frame`` units written in ``basis`` (:func:`_ridge_basis`),
+    symmetrised and mapped back to ``theta`` space; ``curvature`` (the one it replaces) where it is
+    not finite and positive definite."""
+    total = 0.5 * (total + total.T)
+    if not (np.all(np.isfinite(total)) and np.all(np.linalg.eigvalsh(total) > 0.0)):
+        return curvature
+    inv_frame = np.linalg.inv(frame)
+    out = inv_frame.T @ (basis @ total @ basis.T) @ inv_frame
+    return 0.5 * (out + out.T)
+
+
 def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.ndarray, frame: np.ndarray,
                                h: float) -> np.ndarray:
     """``curvature`` with its part along the density's ridges set to the exact prior's.
@@ -533,14 +557,11 @@ def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.nda
     releases moved the pool's frame too and cost the estimate (docs/adaptation.md §3, "A zero-mean
     group's intercept ridge").  Post-processing of released values and the program.
     """
-    d = mode.size
-    columns = _ridge_directions(density, d)
-    if not columns:
+    ridges = _ridge_basis(density, frame)
+    if ridges is None:
         return curvature
-    inv_frame = np.linalg.inv(frame)
-    basis, _ = np.linalg.qr(inv_frame @ np.column_stack(columns), mode="complete")
-    k = len(columns)
-    w, u = slice(0, k), slice(k, d)
+    basis, k = ridges
+    w, u = slice(0, k), slice(k, mode.size)
     prior = basis.T @ prior_neg_hessian(density, mode, frame, h) @ basis
     total = basis.T @ (frame.T @ curvature @ frame) @ basis
     if not (np.all(np.isfinite(prior[:, w])) and np.all(np.linalg.eigvalsh(prior[w, w]) > 0.0)):
@@ -548,11 +569,7 @@ def ridge_curvature_from_prior(density: Any, mode: np.ndarray, curvature: np.nda
     total[w, w] = prior[w, w]
     total[u, w] = prior[u, w]
     total[w, u] = prior[w, u]
-    total = 0.5 * (total + total.T)
-    if not (np.all(np.isfinite(total)) and np.all(np.linalg.eigvalsh(total) > 0.0)):
-        return curvature
-    out = inv_frame.T @ (basis @ total @ basis.T) @ inv_frame
-    return 0.5 * (out + out.T)
+    return _curvature_from_ridge_basis(total, curvature, frame, basis)
 
 
 def ridge_noise_from_prior(density: Any, mode: np.ndarray, noise_cov: np.ndarray, frame: np.ndarray,
@@ -615,14 +632,12 @@ def resolved_off_ridges(density: Any, pooled: Any, frame: np.ndarray) -> bool:
     search's warning and through its unpooled path at every epsilon.  Post-processing of released
     values and the program.
     """
-    d = frame.shape[0]
-    columns = _ridge_directions(density, d)
+    ridges = _ridge_basis(density, frame)
     projected = getattr(pooled, "projected", None)
-    if (not columns or pooled.resolved or pooled.prior_curvature is None
+    if (ridges is None or pooled.resolved or pooled.prior_curvature is None
             or (projected is not None and bool(np.any(projected)))):
         return bool(pooled.resolved)
-    basis, _ = np.linalg.qr(np.linalg.solve(frame, np.column_stack(columns)), mode="complete")
-    k = len(columns)
+    basis, k = ridges
     w, u = basis[:, :k], basis[:, k:]
     prior_f = frame.T @ pooled.prior_curvature @ frame
     held = w.T @ prior_f @ w
@@ -664,9 +679,8 @@ def ridge_curvature_over_scales(density: Any, mode: np.ndarray, curvature: np.nd
     the average, 0.91-0.96.  Post-processing of released values and the program, with public
     randomness only.
     """
-    d = np.size(mode)
-    columns = _ridge_directions(density, d)
-    if not columns:
+    ridges = _ridge_basis(density, frame)
+    if ridges is None:
         return curvature
     law = reported_covariance(curvature, frame)[0]
     if not (np.all(np.isfinite(law)) and np.all(np.isfinite(mode))):
@@ -674,9 +688,7 @@ def ridge_curvature_over_scales(density: Any, mode: np.ndarray, curvature: np.nd
     lam, q = np.linalg.eigh(0.5 * (law + law.T))
     if not np.all(lam > 0.0):
         return curvature
-    inv_frame = np.linalg.inv(frame)
-    basis, _ = np.linalg.qr(inv_frame @ np.column_stack(columns), mode="complete")
-    k = len(columns)
+    basis, k = ridges
     along = frame @ basis[:, :k]   # theta space; unit length in frame units
 
     def block(theta: np.ndarray) -> np.ndarray:
@@ -688,7 +700,7 @@ def ridge_curvature_over_scales(density: Any, mode: np.ndarray, curvature: np.nd
         return 0.5 * (out + out.T)
 
     at_mode = block(np.asarray(mode, dtype=float))
-    sobol = stats.qmc.Sobol(d, scramble=True, seed=0).random(RIDGE_SCALE_DRAWS)
+    sobol = stats.qmc.Sobol(np.size(mode), scramble=True, seed=0).random(RIDGE_SCALE_DRAWS)
     points = mode + stats.norm.ppf(np.clip(sobol, 1e-12, 1.0 - 1e-12)) @ (q * np.sqrt(lam)).T
     inverses = []
     for theta in points:
@@ -702,10 +714,7 @@ def ridge_curvature_over_scales(density: Any, mode: np.ndarray, curvature: np.nd
         return curvature
     total = basis.T @ (frame.T @ curvature @ frame) @ basis
     total[:k, :k] = averaged
-    if not (np.all(np.isfinite(total)) and np.all(np.linalg.eigvalsh(total) > 0.0)):
-        return curvature
-    out = inv_frame.T @ (basis @ total @ basis.T) @ inv_frame
-    return 0.5 * (out + out.T)
+    return _curvature_from_ridge_basis(total, curvature, frame, basis)
 
 
 RIDGE_SWEEPS = 50

@@ -120,10 +120,9 @@ from stan_dp.adaptation.groups import (NO_LOCATION, element_axes_widened, floor_
                                        group_directions, group_locations, grouped_frame,
                                        hyperparameter_scale, hyperparameters_at_expected_mode,
                                        pooled_mode_with_expected_hyperparameters,
-                                       ridge_curvature_from_prior, ridge_curvature_over_scales,
-                                       ridge_noise_from_prior,
-                                       ridges_at_prior_mode, resolved_off_ridges,
-                                       rowless_hyperparameters,
+                                       resolved_off_ridges, ridge_curvature_from_prior,
+                                       ridge_curvature_over_scales, ridge_noise_from_prior,
+                                       ridges_at_prior_mode, rowless_hyperparameters,
                                        unpooled_bounded_scales)
 from stan_dp.adaptation.final_check import final_check
 from stan_dp.adaptation.forecast import whitened_grad_scale, whitened_hessian_scale
